@@ -1,0 +1,232 @@
+"""The approver's queue: one exact proposal, its evidence, Approve and Reject via services."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.http import HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import path, reverse
+from django.utils import timezone
+
+from approvals import selectors, services
+from approvals.models import Approval, Operation, Proposal
+from cases.admin_inlines import ReadOnlyInline
+from cases.exceptions import CaseError
+
+
+class ProposalInline(ReadOnlyInline):
+    model = Proposal
+    verbose_name_plural = "Proposal history"
+    fields = [
+        "created_at",
+        "delivery_date",
+        "evidence_order_version",
+        "operation",
+        "prepared_by_label",
+        "status",
+        "status_reason",
+    ]
+    readonly_fields = fields
+    ordering = ["-created_at"]
+    show_change_link = True
+
+
+class OperationInline(ReadOnlyInline):
+    model = Operation
+    verbose_name_plural = "Operations (idempotency keys at the order system)"
+    fields = [
+        "key",
+        "order_id",
+        "delivery_date",
+        "created_at",
+        "confirmed_at",
+        "result_order_version",
+    ]
+    readonly_fields = fields
+
+
+class ApprovalInline(ReadOnlyInline):
+    model = Approval
+    fk_name = "proposal"
+    fields = [
+        "reference",
+        "decision",
+        "decided_by",
+        "decided_at",
+        "expires_at",
+        "revoked_at",
+        "revoked_reason",
+        "reason",
+    ]
+    readonly_fields = fields
+
+
+class ApproveForm(forms.Form):
+    expires_at = forms.DateTimeField(
+        required=False,
+        help_text="Leave empty for the policy default.",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
+    )
+    reason = forms.CharField(required=False, max_length=2000)
+
+
+class RejectForm(forms.Form):
+    reason = forms.CharField(max_length=2000, help_text="Required: the owner reads it.")
+
+
+class StatusFilter(admin.SimpleListFilter):
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request, model_admin):
+        return Proposal.Status.choices
+
+    def queryset(self, request, queryset):
+        return queryset.filter(status=self.value()) if self.value() else queryset
+
+
+@admin.register(Proposal)
+class ProposalAdmin(admin.ModelAdmin):
+    """Proposals awaiting review for the approver's teams, oldest first."""
+
+    change_form_template = "admin/approvals/proposal/change_form.html"
+    list_display = [
+        "__str__",
+        "case",
+        "change_display",
+        "evidence_order_version",
+        "operation",
+        "prepared_by_label",
+        "status",
+        "submitted_at",
+        "expiry_if_approved",
+    ]
+    list_filter = [StatusFilter]
+    search_fields = ["case__reference", "order_id", "operation__key"]
+    ordering = ["submitted_at", "pk"]
+    readonly_fields = [
+        "case",
+        "order_id",
+        "delivery_date",
+        "evidence_order_version",
+        "evidence_ids",
+        "slot_note",
+        "content_hash",
+        "operation",
+        "prepared_by_label",
+        "status",
+        "status_reason",
+        "created_at",
+        "submitted_at",
+        "closed_at",
+    ]
+    fields = readonly_fields
+    inlines = [ApprovalInline]
+    actions = None
+
+    def get_queryset(self, request):
+        return selectors.proposals_for(request.user)
+
+    def changelist_view(self, request, extra_context=None):
+        if "status" not in request.GET and not request.GET.get("q"):
+            query = request.GET.copy()
+            query["status"] = Proposal.Status.AWAITING_REVIEW
+            return HttpResponseRedirect(f"{request.path}?{query.urlencode()}")
+        return super().changelist_view(request, extra_context)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="exact change")
+    def change_display(self, proposal):
+        return f"{proposal.order_id} → delivery {proposal.delivery_date:%Y-%m-%d}"
+
+    @admin.display(description="expiry if approved now")
+    def expiry_if_approved(self, proposal):
+        if proposal.status != Proposal.Status.AWAITING_REVIEW:
+            return "—"
+        expiry = services.approval_expiry_bounds()[0]
+        return timezone.localtime(expiry).strftime("%Y-%m-%d %H:%M")
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None:
+            default_expiry, max_expiry = services.approval_expiry_bounds()
+            context.update(
+                {
+                    "why_not": selectors.why_cannot_decide(obj, request.user),
+                    "approve_form": ApproveForm(prefix="approve"),
+                    "reject_form": RejectForm(prefix="reject"),
+                    "approve_url": reverse("admin:approvals_proposal_approve", args=[obj.pk]),
+                    "reject_url": reverse("admin:approvals_proposal_reject", args=[obj.pk]),
+                    "default_expiry": default_expiry,
+                    "max_expiry": max_expiry,
+                    "proposal": obj,
+                }
+            )
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def get_urls(self):
+        return [
+            path(
+                "<int:pk>/approve/",
+                self.admin_site.admin_view(self.approve_view),
+                name="approvals_proposal_approve",
+            ),
+            path(
+                "<int:pk>/reject/",
+                self.admin_site.admin_view(self.reject_view),
+                name="approvals_proposal_reject",
+            ),
+            *super().get_urls(),
+        ]
+
+    def _decide(self, request, pk, form_class, prefix, call):
+        proposal = get_object_or_404(self.get_queryset(request), pk=pk)
+        back = reverse("admin:approvals_proposal_change", args=[pk])
+        if request.method != "POST":
+            return HttpResponseRedirect(back)
+        form = form_class(request.POST, prefix=prefix)
+        if not form.is_valid():
+            self.message_user(
+                request,
+                "Check the form: "
+                + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()),
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(back)
+        try:
+            message = call(proposal, form.cleaned_data)
+        except CaseError as exc:
+            self.message_user(request, exc.detail, messages.ERROR)
+        else:
+            self.message_user(request, message, messages.SUCCESS)
+        return HttpResponseRedirect(back)
+
+    def approve_view(self, request, pk):
+        def call(proposal, data):
+            approval = services.proposal_approve(
+                proposal=proposal,
+                actor=request.user,
+                expires_at=data.get("expires_at"),
+                reason=data.get("reason", ""),
+            )
+            return (
+                f"{approval.reference} approves {proposal.case.reference} until "
+                f"{timezone.localtime(approval.expires_at):%Y-%m-%d %H:%M}."
+            )
+
+        return self._decide(request, pk, ApproveForm, "approve", call)
+
+    def reject_view(self, request, pk):
+        def call(proposal, data):
+            services.proposal_reject(proposal=proposal, actor=request.user, reason=data["reason"])
+            return f"Proposal #{proposal.pk} rejected; the owner prepares another."
+
+        return self._decide(request, pk, RejectForm, "reject", call)

@@ -1,0 +1,59 @@
+"""Approver API (CONTRACT §2): the queue, approve and reject. Views only call services."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+
+from approvals import selectors, services
+from approvals.models import Proposal
+from approvals.serializers import ApproveSerializer, ProposalSerializer, RejectSerializer
+from cases.exceptions import CaseNotFound
+
+
+class ProposalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    serializer_class = ProposalSerializer
+
+    def get_queryset(self):
+        qs = selectors.proposals_for(self.request.user).prefetch_related("approvals__decided_by")
+        status = self.request.query_params.get("status")
+        if status:
+            if status not in Proposal.Status.values:
+                raise ValidationError({"status": [f"Unknown status {status!r}."]})
+            qs = qs.filter(status=status)
+        return qs.order_by("submitted_at", "pk")
+
+    def get_object(self):
+        try:
+            return self.get_queryset().get(pk=self.kwargs["pk"])
+        except (Proposal.DoesNotExist, ValueError):
+            raise CaseNotFound("No such proposal among your teams' cases.") from None
+
+    @extend_schema(parameters=[OpenApiParameter("status", enum=Proposal.Status.values)])
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(request=ApproveSerializer, responses={200: ProposalSerializer})
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        proposal = self.get_object()
+        serializer = ApproveSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        services.proposal_approve(
+            proposal=proposal, actor=request.user, **serializer.validated_data
+        )
+        return Response(self.get_serializer(self.get_object()).data)
+
+    @extend_schema(request=RejectSerializer, responses={200: ProposalSerializer})
+    @action(detail=True, methods=["post"])
+    def reject(self, request, pk=None):
+        proposal = self.get_object()
+        serializer = RejectSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        services.proposal_reject(
+            proposal=proposal, actor=request.user, reason=serializer.validated_data["reason"]
+        )
+        return Response(self.get_serializer(self.get_object()).data)

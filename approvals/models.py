@@ -1,0 +1,181 @@
+"""Proposals bound to one exact intended change, the operations they mint, and approvals.
+
+Identities never mix: a proposal is one exact change resting on named evidence; an operation
+(DATE-41-1) is the receiver's idempotency key for one exact intended change and survives
+re-approval, retries and takeovers; an approval (AP-9) is one person's decision on one proposal,
+by id and content hash, with an expiry.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+from django.utils import timezone
+
+from cases.models import Case
+
+
+class Operation(models.Model):
+    """The idempotency key the order system sees. One per exact intended change of a case."""
+
+    case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="operations")
+    key = models.CharField(max_length=40, unique=True)
+    sequence = models.PositiveIntegerField(help_text="1 for DATE-41-1, 2 for DATE-41-2 …")
+    order_id = models.CharField(max_length=60)
+    delivery_date = models.DateField()
+    created_at = models.DateTimeField(default=timezone.now)
+    confirmed_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the order system's answer proved it applied."
+    )
+    result_order_version = models.PositiveIntegerField(null=True, blank=True)
+    notified_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the customer was told the change is applied."
+    )
+    retired_at = models.DateTimeField(
+        null=True, blank=True, help_text="Superseded by a changed intent: never used again."
+    )
+
+    class Meta:
+        ordering = ["case", "sequence"]
+        constraints = [
+            models.UniqueConstraint(fields=["case", "sequence"], name="operation_seq_per_case"),
+            models.UniqueConstraint(
+                fields=["case", "order_id", "delivery_date"],
+                condition=Q(retired_at__isnull=True),
+                name="operation_one_live_per_intent",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    def change(self) -> dict:
+        return {"delivery_date": self.delivery_date.isoformat()}
+
+
+class Proposal(models.Model):
+    class Status(models.TextChoices):
+        DRAFT = "draft", "Draft"
+        AWAITING_REVIEW = "awaiting_review", "Awaiting review"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+        SUPERSEDED = "superseded", "Superseded by a changed intent"
+        INVALIDATED = "invalidated", "Invalidated: the source changed"
+        WITHDRAWN = "withdrawn", "Withdrawn"
+
+    OPEN = (Status.DRAFT, Status.AWAITING_REVIEW, Status.APPROVED)
+
+    case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="proposals")
+    order_id = models.CharField(max_length=60)
+    delivery_date = models.DateField(help_text="The exact new delivery date.")
+    evidence_order_version = models.PositiveIntegerField(
+        help_text="The order version the proposal rests on."
+    )
+    evidence_ids = models.JSONField(default=list, help_text="Evidence references it rests on.")
+    slot_note = models.CharField(max_length=200, blank=True, help_text="Advisory slot lookup.")
+    content_hash = models.CharField(max_length=64)
+    operation = models.ForeignKey(
+        Operation, on_delete=models.PROTECT, null=True, blank=True, related_name="proposals"
+    )
+    prepared_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="prepared_proposals",
+    )
+    prepared_by_label = models.CharField(max_length=120)
+    status = models.CharField(
+        max_length=20, choices=Status.choices, default=Status.DRAFT, db_index=True
+    )
+    status_reason = models.CharField(max_length=300, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["case", "created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["case"],
+                condition=Q(status__in=["draft", "awaiting_review", "approved"]),
+                name="proposal_one_open_per_case",
+            ),
+        ]
+        permissions = [("approve_proposal", "Can approve or reject proposals of their teams")]
+
+    def __str__(self) -> str:
+        return f"Proposal #{self.pk} for {self.case_id}: {self.delivery_date}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in self.OPEN
+
+    @property
+    def change(self) -> dict:
+        return {"delivery_date": self.delivery_date.isoformat()}
+
+
+class Approval(models.Model):
+    """One decision on one exact proposal. Approvals expire; an expired one never authorizes."""
+
+    class Decision(models.TextChoices):
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+
+    reference = models.CharField(max_length=20, unique=True)
+    proposal = models.ForeignKey(Proposal, on_delete=models.PROTECT, related_name="approvals")
+    proposal_hash = models.CharField(max_length=64, help_text="The content hash decided on.")
+    operation = models.ForeignKey(
+        Operation, on_delete=models.PROTECT, null=True, blank=True, related_name="approvals"
+    )
+    prepared_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Copied from the proposal so the database can refuse self-approval.",
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="decisions"
+    )
+    decision = models.CharField(max_length=10, choices=Decision.choices)
+    reason = models.TextField(blank=True)
+    decided_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_reason = models.CharField(max_length=200, blank=True)
+    grant = models.TextField(blank=True, help_text="The signed grant the order system checks.")
+
+    class Meta:
+        ordering = ["-decided_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(prepared_by__isnull=True) | ~Q(decided_by=F("prepared_by")),
+                name="approval_not_by_preparer",
+            ),
+            models.CheckConstraint(
+                condition=Q(decision="rejected") | Q(expires_at__isnull=False),
+                name="approval_has_expiry",
+            ),
+            models.UniqueConstraint(
+                fields=["proposal"],
+                condition=Q(decision="approved", revoked_at__isnull=True),
+                name="approval_one_live_per_proposal",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.reference
+
+    def is_live(self, now=None) -> bool:
+        now = now or timezone.now()
+        return (
+            self.decision == self.Decision.APPROVED
+            and self.revoked_at is None
+            and self.expires_at is not None
+            and self.expires_at > now
+        )

@@ -1,0 +1,525 @@
+"""Proposals, operations and four-eyes approvals. The only code that writes them.
+
+Each service locks the case row first: that row lock is the admission boundary every piece of
+child work (proposal, operation, approval, attempt) passes, so a revocation that takes the same
+lock is strictly ordered against it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from approvals.exceptions import ExpiryOutOfBounds, OwnProposal, ProposalNotCurrent
+from approvals.models import Approval, Operation, Proposal
+from cases.exceptions import ActionNotPermitted, InvalidCaseInput, TransitionRejected
+from cases.fencing import counter_next
+from cases.models import Case, Status, WaitingOn
+from cases.scheduling import enqueue_on_commit
+from cases.services import (
+    Actor,
+    Worker,
+    _bump_and_save,
+    _check_version,
+    _user_or_none,
+    actor_label,
+    actor_may,
+    apply_transition,
+    lock_case,
+    record_event,
+)
+
+
+def _content_hash(
+    *, case: Case, order_id: str, delivery_date: dt.date, version: int, evidence_ids: list[int]
+) -> str:
+    body = {
+        "case": case.reference,
+        "order_id": order_id,
+        "change": {"delivery_date": delivery_date.isoformat()},
+        "evidence_order_version": version,
+        "evidence_ids": sorted(evidence_ids),
+    }
+    raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(raw).hexdigest()
+
+
+def _refuse_if_revoked(case: Case) -> None:
+    """Admission of child work under the case lock: refused once authority is revoked."""
+    if case.revoked_at is not None:
+        raise TransitionRejected(
+            f"Authority over {case.reference} was revoked ({case.revocation_kind}); no new "
+            "work is admitted.",
+            allowed=[],
+        )
+
+
+def open_proposal(case: Case) -> Proposal | None:
+    return case.proposals.filter(status__in=Proposal.OPEN).select_related("operation").first()
+
+
+def live_approval(case: Case, now: dt.datetime | None = None) -> Approval | None:
+    """The approval that currently authorizes the case's open proposal, if any and unexpired."""
+    now = now or timezone.now()
+    return (
+        Approval.objects.filter(
+            proposal__case=case,
+            proposal__status=Proposal.Status.APPROVED,
+            decision=Approval.Decision.APPROVED,
+            revoked_at__isnull=True,
+            expires_at__gt=now,
+        )
+        .select_related("proposal", "operation")
+        .first()
+    )
+
+
+def _close_proposal(proposal: Proposal, status: str, reason: str) -> None:
+    proposal.status = status
+    proposal.status_reason = reason[:300]
+    proposal.closed_at = timezone.now()
+    proposal.save(update_fields=["status", "status_reason", "closed_at"])
+
+
+def _revoke_approvals(proposal: Proposal, reason: str) -> list[str]:
+    live = Approval.objects.filter(
+        proposal=proposal, decision=Approval.Decision.APPROVED, revoked_at__isnull=True
+    )
+    references = list(live.values_list("reference", flat=True))
+    live.update(revoked_at=timezone.now(), revoked_reason=reason[:200])
+    return references
+
+
+def proposal_return_to_review(proposal: Proposal | None, reason: str) -> list[str]:
+    """The approval lapsed: close it for good; the same proposal (and operation key) waits for
+    a fresh decision. Returns the closed approval references."""
+    if proposal is None:
+        return []
+    closed = _revoke_approvals(proposal, reason)
+    proposal.status = Proposal.Status.AWAITING_REVIEW
+    proposal.save(update_fields=["status"])
+    return closed
+
+
+def proposals_withdraw_open(case: Case, reason: str) -> list[str]:
+    """Close the case's open proposal and revoke its approvals (the case locked by the caller).
+    Returns the revoked approval references."""
+    proposal = open_proposal(case)
+    if proposal is None:
+        return []
+    revoked = _revoke_approvals(proposal, reason)
+    _close_proposal(proposal, Proposal.Status.WITHDRAWN, reason)
+    return revoked
+
+
+def _operation_for(case: Case, order_id: str, delivery_date: dt.date) -> Operation:
+    """The operation for this exact intended change: the existing one, or the next key."""
+    existing = Operation.objects.filter(
+        case=case, order_id=order_id, delivery_date=delivery_date, retired_at__isnull=True
+    ).first()
+    if existing is not None:
+        return existing
+    sequence = (case.operations.aggregate(n=Max("sequence"))["n"] or 0) + 1
+    return Operation.objects.create(
+        case=case,
+        key=f"DATE-{case.number}-{sequence}",
+        sequence=sequence,
+        order_id=order_id,
+        delivery_date=delivery_date,
+    )
+
+
+# --- preparing and submitting -------------------------------------------------------------------
+
+
+def proposal_prepare(
+    *,
+    case: Case,
+    actor: Actor,
+    delivery_date: dt.date | None = None,
+    slot_note: str = "",
+    submit: bool = True,
+) -> Proposal:
+    """Prepare one exact proposal from the case's current evidence and (normally) submit it.
+
+    The evidence is the last checked order version and the evidence references recorded for
+    it; a case whose evidence is missing goes back for a source check instead.
+    """
+    with transaction.atomic():
+        case = lock_case(case)
+        if not isinstance(actor, Worker) and not actor_may(actor, "cases.work_case", case):
+            raise ActionNotPermitted(f"{actor_label(actor)} may not prepare proposals here.")
+        _refuse_if_revoked(case)
+        if case.status != Status.PREPARING_PROPOSAL:
+            raise TransitionRejected(
+                f"{case.reference} is {case.get_status_display().lower()}: proposals are "
+                "prepared only while the case is preparing one.",
+                allowed=[],
+            )
+        if case.last_checked_order_version is None:
+            raise InvalidCaseInput(
+                "No current order evidence: check the source first.",
+                fields={"case": ["The order has not been read yet."]},
+            )
+        for draft in case.proposals.filter(status=Proposal.Status.DRAFT):
+            _close_proposal(draft, Proposal.Status.WITHDRAWN, "Replaced by a newer draft")
+        date = delivery_date or case.requested_date
+        evidence_ids = list(
+            case.evidence.filter(order_version=case.last_checked_order_version).values_list(
+                "pk", flat=True
+            )
+        )
+        proposal = Proposal.objects.create(
+            case=case,
+            order_id=case.order_id,
+            delivery_date=date,
+            evidence_order_version=case.last_checked_order_version,
+            evidence_ids=evidence_ids,
+            slot_note=slot_note[:200],
+            content_hash=_content_hash(
+                case=case,
+                order_id=case.order_id,
+                delivery_date=date,
+                version=case.last_checked_order_version,
+                evidence_ids=evidence_ids,
+            ),
+            prepared_by=_user_or_none(actor),
+            prepared_by_label=actor_label(actor),
+        )
+        _bump_and_save(case, [])
+        record_event(
+            case=case,
+            action="approvals.proposal.prepared",
+            actor=actor,
+            reason=f"Proposal: move {case.order_id} to {date:%Y-%m-%d} "
+            f"(order version {case.last_checked_order_version})",
+            detail={
+                "proposal_id": proposal.pk,
+                "content_hash": proposal.content_hash,
+                "slot": slot_note,
+            },
+        )
+        if submit:
+            _submit(case, proposal, actor)
+    return proposal
+
+
+def _submit(case: Case, proposal: Proposal, actor: Actor) -> None:
+    operation = _operation_for(case, proposal.order_id, proposal.delivery_date)
+    proposal.operation = operation
+    proposal.status = Proposal.Status.AWAITING_REVIEW
+    proposal.submitted_at = timezone.now()
+    proposal.save(update_fields=["operation", "status", "submitted_at"])
+    apply_transition(
+        case,
+        "submit_for_review",
+        actor=actor,
+        reason=f"Submitted proposal #{proposal.pk} as operation {operation.key}",
+        detail={"proposal_id": proposal.pk, "operation_key": operation.key},
+        next_check_at=None,
+    )
+
+
+def proposal_submit(*, proposal: Proposal, actor: Actor) -> Proposal:
+    with transaction.atomic():
+        case = lock_case(proposal.case_id)
+        proposal = Proposal.objects.select_for_update().get(pk=proposal.pk)
+        if proposal.status != Proposal.Status.DRAFT or case.status != Status.PREPARING_PROPOSAL:
+            raise ProposalNotCurrent(f"Proposal #{proposal.pk} cannot be submitted now.")
+        _submit(case, proposal, actor)
+    return proposal
+
+
+def case_change_intent(
+    *,
+    case: Case,
+    actor: Actor,
+    delivery_date: dt.date,
+    reason: str,
+    expected_version: int | None = None,
+) -> Case:
+    """The customer wants another date: supersede the proposal and any approval.
+
+    The old "yes" is never reused: the next proposal gets a new operation key and needs its
+    own approval.
+    """
+    with transaction.atomic():
+        case = lock_case(case)
+        if not actor_may(actor, "cases.work_case", case):
+            raise ActionNotPermitted(f"{actor_label(actor)} may not change this case's request.")
+        _check_version(case, expected_version)
+        if delivery_date == case.requested_date:
+            return case  # the same intent: nothing to supersede
+        if case.is_terminal or case.status in {Status.APPLYING, Status.HELD}:
+            raise TransitionRejected(
+                f"{case.reference} is {case.get_status_display().lower()}: the request "
+                "cannot change now. A change after it was applied is a new proposal.",
+                allowed=[],
+            )
+        previous = case.requested_date
+        case.requested_date = delivery_date
+        proposal = open_proposal(case)
+        revoked: list[str] = []
+        if proposal is not None and proposal.delivery_date != delivery_date:
+            revoked = _revoke_approvals(proposal, "Superseded: the intended change changed")
+            _close_proposal(proposal, Proposal.Status.SUPERSEDED, reason)
+            if proposal.operation_id is not None:
+                # A changed intent never reuses the old key, even if the date comes back.
+                Operation.objects.filter(
+                    pk=proposal.operation_id, confirmed_at__isnull=True, retired_at__isnull=True
+                ).update(retired_at=timezone.now())
+        if case.status in {Status.AWAITING_REVIEW, Status.READY}:
+            apply_transition(
+                case,
+                "revise",
+                actor=actor,
+                reason=reason,
+                detail={
+                    "from_date": previous.isoformat(),
+                    "to_date": delivery_date.isoformat(),
+                    "superseded_proposal": proposal.pk if proposal else None,
+                    "revoked_approvals": revoked,
+                },
+                requested_date=delivery_date,
+            )
+        else:
+            _bump_and_save(case, ["requested_date"])
+            record_event(
+                case=case,
+                action="cases.case.intent_changed",
+                actor=actor,
+                reason=reason,
+                detail={"from_date": previous.isoformat(), "to_date": delivery_date.isoformat()},
+            )
+        if case.status == Status.PREPARING_PROPOSAL and isinstance(actor, Worker):
+            enqueue_on_commit("approvals.tasks.prepare_proposal", case.pk)
+    return case
+
+
+# --- deciding ------------------------------------------------------------------------------------
+
+
+def _decidable(proposal_id: int, actor: Actor) -> tuple[Case, Proposal]:
+    proposal = Proposal.objects.select_related("case").get(pk=proposal_id)
+    case = lock_case(proposal.case_id)
+    proposal = (
+        Proposal.objects.select_for_update(of=("self",))
+        .select_related("operation")
+        .get(pk=proposal_id)
+    )
+    _refuse_if_revoked(case)
+    if isinstance(actor, Worker) or not actor_may(actor, "approvals.approve_proposal", case):
+        raise ActionNotPermitted(f"{actor_label(actor)} may not decide proposals of {case.team}.")
+    if proposal.prepared_by_id is not None and proposal.prepared_by_id == actor.pk:
+        raise OwnProposal(f"You prepared proposal #{proposal.pk}; another approver must decide it.")
+    if proposal.status != Proposal.Status.AWAITING_REVIEW or case.status != Status.AWAITING_REVIEW:
+        raise ProposalNotCurrent(
+            f"Proposal #{proposal.pk} is {proposal.get_status_display().lower()} and the case is "
+            f"{case.get_status_display().lower()}: there is nothing to decide.",
+            proposal_status=proposal.status,
+        )
+    return case, proposal
+
+
+def approval_expiry_bounds(now: dt.datetime | None = None) -> tuple[dt.datetime, dt.datetime]:
+    now = now or timezone.now()
+    return (
+        now + dt.timedelta(minutes=settings.APPROVAL_DEFAULT_MINUTES),
+        now + dt.timedelta(minutes=settings.APPROVAL_MAX_MINUTES),
+    )
+
+
+def proposal_approve(
+    *, proposal: Proposal, actor: Actor, expires_at: dt.datetime | None = None, reason: str = ""
+) -> Approval:
+    """Record an approval of this exact proposal, sign its grant and queue the case."""
+    from reconciliation.grants import grant_issue
+
+    now = timezone.now()
+    default_expiry, max_expiry = approval_expiry_bounds(now)
+    if expires_at is not None:
+        expires_at = expires_at.replace(microsecond=0)
+    if expires_at is not None and not (now < expires_at <= max_expiry):
+        raise ExpiryOutOfBounds(
+            f"The approval must expire after now and no later than {max_expiry:%Y-%m-%d %H:%M %Z}.",
+            fields={"expires_at": [f"Choose a time up to {max_expiry.isoformat()}."]},
+        )
+    expires_at = (expires_at or default_expiry).replace(microsecond=0)
+    with transaction.atomic():
+        case, proposal = _decidable(proposal.pk, actor)
+        reference = f"AP-{counter_next('approval_number')}"
+        operation = proposal.operation
+        approval = Approval.objects.create(
+            reference=reference,
+            proposal=proposal,
+            proposal_hash=proposal.content_hash,
+            operation=operation,
+            prepared_by_id=proposal.prepared_by_id,
+            decided_by=actor,
+            decision=Approval.Decision.APPROVED,
+            reason=reason,
+            expires_at=expires_at,
+            grant=grant_issue(
+                operation_key=operation.key,
+                order_id=proposal.order_id,
+                delivery_date=proposal.delivery_date,
+                approval_id=reference,
+                expires_at=expires_at,
+            ),
+        )
+        proposal.status = Proposal.Status.APPROVED
+        proposal.save(update_fields=["status"])
+        apply_transition(
+            case,
+            "approve",
+            actor=actor,
+            reason=reason or f"{reference} approves proposal #{proposal.pk} ({operation.key})",
+            detail={
+                "approval": reference,
+                "proposal_id": proposal.pk,
+                "operation_key": operation.key,
+                "expires_at": expires_at.isoformat(),
+            },
+            next_check_at=now,
+        )
+        enqueue_on_commit("reconciliation.tasks.apply_case", case.pk)
+    return approval
+
+
+def proposal_reject(*, proposal: Proposal, actor: Actor, reason: str) -> Approval:
+    if not reason.strip():
+        raise InvalidCaseInput("Give a reason.", fields={"reason": ["A reason is required."]})
+    with transaction.atomic():
+        case, proposal = _decidable(proposal.pk, actor)
+        reference = f"AP-{counter_next('approval_number')}"
+        decision = Approval.objects.create(
+            reference=reference,
+            proposal=proposal,
+            proposal_hash=proposal.content_hash,
+            operation=proposal.operation,
+            prepared_by_id=proposal.prepared_by_id,
+            decided_by=actor,
+            decision=Approval.Decision.REJECTED,
+            reason=reason.strip(),
+        )
+        _close_proposal(proposal, Proposal.Status.REJECTED, reason)
+        apply_transition(
+            case,
+            "reject",
+            actor=actor,
+            reason=reason.strip(),
+            detail={"decision": reference, "proposal_id": proposal.pk},
+        )
+    return decision
+
+
+# --- expiry and source changes -----------------------------------------------------------------
+
+
+def approval_expire(*, case: Case, actor: Actor = None, now: dt.datetime | None = None) -> bool:
+    """If the case's approval lapsed while it was queued, return it to review.
+
+    The same proposal (and its operation key) waits for a fresh decision; the expired approval
+    is closed and can never authorize anything again. Returns whether anything changed.
+    """
+    now = now or timezone.now()
+    actor = actor or Worker("system:approval-expiry")
+    with transaction.atomic():
+        case = lock_case(case)
+        if case.status != Status.READY:
+            return False
+        proposal = case.proposals.filter(status=Proposal.Status.APPROVED).first()
+        if proposal is None:
+            return False
+        if live_approval(case, now) is not None:
+            return False
+        expired = proposal_return_to_review(proposal, "Expired before it was applied")
+        apply_transition(
+            case,
+            "approval_expired",
+            actor=actor,
+            reason=f"{', '.join(expired) or 'The approval'} expired while the case was queued; "
+            "the same proposal needs a fresh decision",
+            detail={
+                "expired": expired,
+                "proposal_id": proposal.pk,
+                "operation_key": proposal.operation.key if proposal.operation else None,
+            },
+            next_check_at=None,
+        )
+    return True
+
+
+def approvals_expire_due(now: dt.datetime | None = None) -> int:
+    """Periodic: return every queued case whose approval lapsed to review."""
+    now = now or timezone.now()
+    lapsed = (
+        Case.objects.filter(
+            status=Status.READY,
+            proposals__status=Proposal.Status.APPROVED,
+            proposals__approvals__decision=Approval.Decision.APPROVED,
+            proposals__approvals__revoked_at__isnull=True,
+            proposals__approvals__expires_at__lte=now,
+        )
+        .values_list("pk", flat=True)
+        .distinct()
+    )
+    return sum(approval_expire(case=Case(pk=pk), now=now) for pk in list(lapsed))
+
+
+def proposal_invalidate_for_source_change(
+    *, case: Case, order_version: int | None, actor: Actor, via: str
+) -> bool:
+    """Called with the case locked: the order moved past the evidence of the open proposal.
+
+    ``order_version`` is the version seen, or ``None`` when the receiver refused the expected
+    version without saying which it has. The proposal and any approval are void; the case goes
+    back for current evidence. Returns whether anything was invalidated.
+    """
+    proposal = open_proposal(case)
+    evidence_version = (
+        proposal.evidence_order_version if proposal else case.last_checked_order_version
+    )
+    if order_version is not None and (
+        evidence_version is None or order_version <= evidence_version
+    ):
+        return False
+    if case.status not in {
+        Status.PREPARING_PROPOSAL,
+        Status.AWAITING_REVIEW,
+        Status.READY,
+        Status.APPLYING,
+    }:
+        return False
+    seen = "a newer version" if order_version is None else f"version {order_version}"
+    revoked: list[str] = []
+    if proposal is not None:
+        revoked = _revoke_approvals(proposal, f"The order changed (version {order_version})")
+        _close_proposal(
+            proposal,
+            Proposal.Status.INVALIDATED,
+            f"The order moved from version {evidence_version} to {order_version} ({via})",
+        )
+    apply_transition(
+        case,
+        "source_changed",
+        actor=actor,
+        reason=f"The order changed to {seen} (evidence was version {evidence_version}); "
+        "proposal and approval invalidated",
+        detail={
+            "via": via,
+            "order_version": order_version,
+            "proposal_id": proposal.pk if proposal else None,
+            "revoked": revoked,
+        },
+        waiting=(WaitingOn.ORDER_SYSTEM, "The order changed; reading current evidence"),
+        next_check_at=timezone.now(),
+    )
+    enqueue_on_commit("reconciliation.tasks.source_check", case.pk)
+    return True

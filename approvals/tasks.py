@@ -1,0 +1,44 @@
+"""django-q2 entry points for proposals and approvals. Each is safe to run twice."""
+
+from __future__ import annotations
+
+from approvals import services
+from approvals.models import Proposal
+from cases.exceptions import CaseError
+from cases.models import Case, Status
+from cases.services import Worker
+from reconciliation.client import OrderSystemClient
+from reconciliation.exceptions import OrderSystemError
+
+
+def prepare_proposal(case_id: int) -> str:
+    """Prepare and submit the proposal as soon as the evidence is current."""
+    case = Case.objects.get(pk=case_id)
+    if case.status != Status.PREPARING_PROPOSAL:
+        return "skipped"
+    if (
+        case.proposals.filter(status__in=Proposal.OPEN)
+        .exclude(status=Proposal.Status.DRAFT)
+        .exists()
+    ):
+        return "skipped"
+    slot_note = _advisory_slot_note(case)
+    try:
+        services.proposal_prepare(case=case, actor=Worker.current("proposer"), slot_note=slot_note)
+    except CaseError:
+        return "skipped"  # the case moved on meanwhile; the new state decides
+    return "submitted"
+
+
+def _advisory_slot_note(case: Case) -> str:
+    """Slot availability is advice for the approver, never a reservation."""
+    try:
+        with OrderSystemClient.from_settings() as client:
+            slot = client.get_slot(case.requested_date)
+    except OrderSystemError as exc:
+        return f"Slot availability unknown ({exc.error})"
+    return f"Slot {slot.date:%Y-%m-%d}: {slot.taken} of {slot.capacity} taken"
+
+
+def expire_approvals() -> int:
+    return services.approvals_expire_due()

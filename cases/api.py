@@ -1,0 +1,184 @@
+"""The cases REST API (CONTRACT §2): validation and orchestration only, then a service."""
+
+from __future__ import annotations
+
+from django.db.models import Prefetch
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
+
+from cases import selectors, services
+from cases.exceptions import CaseNotFound
+from cases.models import CaseEvent, Status, WaitingOn
+from cases.serializers import (
+    CancelRequestSerializer,
+    CaseDetailSerializer,
+    CaseIntakeSerializer,
+    CaseListSerializer,
+    PrepareProposalSerializer,
+    TransitionRequestSerializer,
+)
+
+_TRUE = {"1", "true", "yes"}
+_FALSE = {"0", "false", "no"}
+
+
+class CaseViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):
+    lookup_field = "reference"
+    lookup_value_regex = r"[A-Za-z]+-\d+"
+
+    def get_serializer_class(self):
+        if self.action == "list":
+            return CaseListSerializer
+        if self.action == "create":
+            return CaseIntakeSerializer
+        return CaseDetailSerializer
+
+    def get_queryset(self):
+        qs = selectors.cases_for(self.request.user)
+        if self.action == "retrieve":
+            qs = qs.prefetch_related(
+                Prefetch("events", queryset=CaseEvent.objects.order_by("id")),
+                "evidence",
+                "operations",
+                "attempts__operation",
+                "cancellations",
+            )
+        return qs
+
+    def get_object(self):
+        reference = self.kwargs[self.lookup_field]
+        try:
+            return self.get_queryset().get(reference=reference)
+        except self.get_queryset().model.DoesNotExist:
+            raise CaseNotFound(f"No case {reference} among your teams' cases.") from None
+
+    def filter_queryset(self, queryset):
+        params = self.request.query_params
+        errors = {}
+        if value := params.get("status"):
+            if value not in Status.values:
+                errors["status"] = [f"Unknown status {value!r}; one of {', '.join(Status.values)}."]
+            queryset = queryset.filter(status=value)
+        if value := params.get("waiting_on"):
+            if value not in WaitingOn.values:
+                errors["waiting_on"] = [f"Unknown value {value!r}."]
+            queryset = queryset.filter(waiting_on=value)
+        if value := params.get("owner"):
+            queryset = queryset.filter(owner__username=value)
+        if value := params.get("responsible"):
+            user = selectors.User.objects.filter(username=value).first()
+            queryset = queryset.responsible(user) if user else queryset.none()
+        if value := params.get("overdue"):
+            if value.lower() in _TRUE:
+                queryset = queryset.overdue()
+            elif value.lower() in _FALSE:
+                queryset = queryset.exclude(pk__in=queryset.overdue().values("pk"))
+            else:
+                errors["overdue"] = ["Use true or false."]
+        if errors:
+            raise ValidationError(errors)
+        return queryset.order_by("-number")
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("status", enum=Status.values),
+            OpenApiParameter("waiting_on", enum=WaitingOn.values),
+            OpenApiParameter("owner", str, description="username of the owner"),
+            OpenApiParameter("responsible", str, description="username responsible now"),
+            OpenApiParameter("overdue", bool, description="next check time has passed"),
+        ]
+    )
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(
+        request=CaseIntakeSerializer,
+        responses={201: CaseDetailSerializer, 200: CaseDetailSerializer},
+        description="Open a case. The same account and request_key again returns the same "
+        "case with 200 and creates nothing.",
+    )
+    def create(self, request, *args, **kwargs):
+        serializer = CaseIntakeSerializer(
+            data=request.data, context={"accounts": selectors.accounts_for(request.user)}
+        )
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        case, created = services.case_intake(
+            actor=request.user,
+            account=data["account"],
+            request_key=data["request_key"],
+            order_id=data["order_id"],
+            requested_date=data["requested_date"],
+            note=data.get("note", ""),
+        )
+        return self._detail(case, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @extend_schema(request=TransitionRequestSerializer, responses={200: CaseDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def transitions(self, request, reference=None):
+        case = self.get_object()
+        serializer = TransitionRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        services.case_transition(case=case, actor=request.user, **serializer.validated_data)
+        return self._detail(case, status.HTTP_200_OK)
+
+    @extend_schema(request=CancelRequestSerializer, responses={200: CaseDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, reference=None):
+        case = self.get_object()
+        serializer = CancelRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        services.case_cancel_request(
+            case=case,
+            actor=request.user,
+            reason=serializer.validated_data["reason"],
+            via="api",
+        )
+        return self._detail(case, status.HTTP_200_OK)
+
+    @extend_schema(
+        request=PrepareProposalSerializer,
+        responses={201: CaseDetailSerializer},
+        description="Prepare and submit a proposal by hand (e.g. a date the customer "
+        "confirmed). A different date supersedes the current proposal and approval.",
+    )
+    @action(detail=True, methods=["post"])
+    def proposals(self, request, reference=None):
+        from approvals.services import case_change_intent, proposal_prepare
+
+        case = self.get_object()
+        serializer = PrepareProposalSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        case = case_change_intent(
+            case=case,
+            actor=request.user,
+            delivery_date=data["delivery_date"],
+            reason=data["reason"] or "Customer confirmed another date",
+            expected_version=data["expected_version"],
+        )
+        proposal_prepare(case=case, actor=request.user, delivery_date=data["delivery_date"])
+        return self._detail(case, status.HTTP_201_CREATED)
+
+    def _detail(self, case, http_status):
+        fresh = (
+            self.get_queryset()
+            .prefetch_related(
+                Prefetch("events", queryset=CaseEvent.objects.order_by("id")),
+                "evidence",
+                "operations",
+                "attempts__operation",
+                "cancellations",
+            )
+            .get(pk=case.pk)
+        )
+        serializer = CaseDetailSerializer(fresh, context=self.get_serializer_context())
+        return Response(serializer.data, status=http_status)

@@ -1,0 +1,64 @@
+"""The dispatcher: enqueue due work once per case.
+
+A case is due when its ``next_check_at`` has passed. Enqueueing pushes ``next_check_at`` forward
+by a dispatch lease with a compare-and-set, so two dispatchers never enqueue the same case twice
+for the same due time; the task itself re-reads state and acts only through services.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from cases.models import Case, Status
+from cases.scheduling import enqueue
+
+logger = logging.getLogger(__name__)
+
+TASK_FOR_STATUS = {
+    Status.WAITING_SOURCE: "reconciliation.tasks.source_check",
+    Status.PREPARING_PROPOSAL: "approvals.tasks.prepare_proposal",
+    Status.READY: "reconciliation.tasks.apply_case",
+    Status.HELD: "reconciliation.tasks.reconcile_case",
+}
+
+
+def task_for_status() -> dict[str, str]:
+    return {**TASK_FOR_STATUS, **getattr(settings, "DISPATCH_EXTRA_TASKS", {})}
+
+
+def dispatch_due(*, now: dt.datetime | None = None, limit: int = 200, run=None) -> int:
+    """Enqueue the task for every due case; returns how many were enqueued.
+
+    ``run(func_path, case_id)`` replaces the django-q2 enqueue (``run_worker`` runs in-process).
+    """
+    from reconciliation.restore import marker_advance, recover_after_restore, restore_detected
+
+    why = restore_detected()
+    if why:
+        logger.warning("Database restore detected (%s): recovering before dispatching", why)
+        recover_after_restore(progress=logger.info)
+    marker_advance()
+    now = now or timezone.now()
+    tasks = task_for_status()
+    lease = dt.timedelta(seconds=settings.DISPATCH_LEASE_SECONDS)
+    picked: list[tuple[int, str]] = []
+    with transaction.atomic():
+        due = Case.objects.filter(status__in=list(tasks), next_check_at__lte=now).order_by(
+            "next_check_at"
+        )
+        if connection.vendor == "postgresql":
+            due = due.select_for_update(skip_locked=True, of=("self",))
+        for pk, status, next_check in due.values_list("pk", "status", "next_check_at")[:limit]:
+            # Compare-and-set: only the dispatcher that moves this due time enqueues.
+            if Case.objects.filter(pk=pk, next_check_at=next_check).update(
+                next_check_at=now + lease
+            ):
+                picked.append((pk, tasks[status]))
+    for pk, func in picked:
+        (run or enqueue)(func, pk)
+    return len(picked)

@@ -1,0 +1,40 @@
+"""Global monotonic counters: case numbers and fencing tokens.
+
+Fencing tokens come from a PostgreSQL sequence (never rolled back, never reused, no row lock)
+or, on SQLite, from a counter row whose update is serialised by the IMMEDIATE transaction.
+Case numbers use a counter row on both so that they stay gap-free in the common case.
+"""
+
+from __future__ import annotations
+
+from django.db import connection, transaction
+from django.db.models import F
+
+from cases.models import CounterRow
+
+FENCING_SEQUENCE = "holdfast_fencing_token"
+
+
+def counter_next(name: str) -> int:
+    """Increment and return the named counter. Inside a caller's transaction the row stays
+    locked until it commits, so concurrent callers are strictly ordered."""
+    with transaction.atomic():
+        CounterRow.objects.get_or_create(name=name)
+        CounterRow.objects.filter(name=name).update(value=F("value") + 1)
+        return CounterRow.objects.values_list("value", flat=True).get(name=name)
+
+
+def counter_raise_to(name: str, minimum: int) -> None:
+    """Make sure the next value of the counter is above ``minimum``."""
+    with transaction.atomic():
+        CounterRow.objects.get_or_create(name=name)
+        CounterRow.objects.filter(name=name, value__lt=minimum).update(value=minimum)
+
+
+def next_fencing_token() -> int:
+    """A fencing token higher than every token handed out before, database-wide."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT nextval(%s)", [FENCING_SEQUENCE])
+            return int(cursor.fetchone()[0])
+    return counter_next("fencing_token")

@@ -1,0 +1,698 @@
+"""The case record: one customer request, its owner and backup, its status and its audit trail.
+
+Models only hold fields, constraints and in-memory ``@transition`` methods. Every write goes
+through ``cases.services``: it locks, checks the expected version and the actor's permission,
+applies the transition, bumps ``version`` and writes one ``CaseEvent`` in the same transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+from django_fsm import FSMField, FSMModelMixin, transition
+
+
+class Team(models.Model):
+    """A support team. Cases, accounts and staff belong to teams; every query is scoped to them."""
+
+    name = models.CharField(max_length=100, unique=True)
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, related_name="holdfast_teams", blank=True
+    )
+    default_owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The support lead who owns new cases of this team.",
+    )
+    default_backup = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Who is responsible for new cases while the owner is away.",
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class StaffProfile(models.Model):
+    """What Holdfast needs to know about a person beyond the auth user: their absence."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="staff_profile"
+    )
+    away_until = models.DateField(
+        null=True,
+        blank=True,
+        help_text="While set and not past, this person's cases fall to their named backup.",
+    )
+
+    def __str__(self) -> str:
+        return f"Profile of {self.user}"
+
+    def is_away(self, on: dt.date | None = None) -> bool:
+        on = on or timezone.localdate()
+        return self.away_until is not None and self.away_until >= on
+
+
+class CustomerAccount(models.Model):
+    reference = models.CharField(max_length=40, unique=True, help_text="e.g. ACC-100")
+    name = models.CharField(max_length=200)
+    email = models.EmailField(blank=True)
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="accounts")
+    verified = models.BooleanField(
+        default=False, help_text="Identity checked: only verified accounts get work done."
+    )
+    access_active = models.BooleanField(
+        default=True, help_text="The customer may still have changes made on their behalf."
+    )
+    access_revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["reference"]
+
+    def __str__(self) -> str:
+        return f"{self.reference} {self.name}"
+
+
+class CounterRow(models.Model):
+    """Named monotonic counters (case numbers; fencing tokens on SQLite)."""
+
+    name = models.CharField(max_length=50, primary_key=True)
+    value = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value}"
+
+
+class Status(models.TextChoices):
+    NEW = "new", "New"
+    WAITING_SOURCE = "waiting_source", "Waiting for the order source"
+    PREPARING_PROPOSAL = "preparing_proposal", "Preparing a proposal"
+    AWAITING_REVIEW = "awaiting_review", "Awaiting review"
+    READY = "ready", "Ready to apply"
+    APPLYING = "applying", "Applying"
+    HELD = "held", "Held: a person must reconcile"
+    NEEDS_ATTENTION = "needs_attention", "Needs attention"
+    DONE = "done", "Done"
+    CANCELLED = "cancelled", "Cancelled"
+    STOPPED = "stopped", "Stopped"
+
+
+TERMINAL_STATUSES = frozenset({Status.DONE, Status.CANCELLED, Status.STOPPED})
+OPEN_STATUSES = frozenset(set(Status) - TERMINAL_STATUSES)
+# Before a claim nothing can have been sent to the order system.
+SENDABLE_STATUSES = (
+    Status.NEW,
+    Status.WAITING_SOURCE,
+    Status.PREPARING_PROPOSAL,
+    Status.AWAITING_REVIEW,
+    Status.READY,
+)
+
+
+class WaitingOn(models.TextChoices):
+    NOBODY = "nobody", "Nobody"
+    ORDER_SYSTEM = "order_system", "The order system"
+    APPROVERS = "approvers", "The team's approvers"
+    OWNER = "owner", "The responsible person"
+    CUSTOMER = "customer", "The customer"
+    WORKER = "worker", "A background worker"
+
+
+class CaseQuerySet(models.QuerySet):
+    def open(self):
+        return self.exclude(status__in=TERMINAL_STATUSES)
+
+    def overdue(self, now: dt.datetime | None = None):
+        return self.open().filter(next_check_at__lt=now or timezone.now())
+
+    def responsible(self, user, on: dt.date | None = None):
+        """Cases for which ``user`` is the responsible person today (owner, or backup if away)."""
+        on = on or timezone.localdate()
+        owner_away = Q(owner__staff_profile__away_until__gte=on)
+        return self.filter((Q(owner=user) & ~owner_away) | (Q(backup=user) & owner_away))
+
+
+class Case(FSMModelMixin, models.Model):
+    """One customer request (D-41). Never created by a retry, an attempt or a takeover."""
+
+    reference = models.CharField(max_length=20, unique=True, editable=False)
+    number = models.PositiveIntegerField(unique=True, editable=False)
+    account = models.ForeignKey(CustomerAccount, on_delete=models.PROTECT, related_name="cases")
+    request_key = models.CharField(
+        max_length=100, help_text="The caller's idempotency key for this request."
+    )
+    order_id = models.CharField(max_length=60, db_index=True)
+    requested_date = models.DateField(help_text="The delivery date the customer asked for.")
+    note = models.TextField(blank=True)
+
+    status = FSMField(
+        default=Status.NEW, choices=Status.choices, protected=True, db_index=True, max_length=30
+    )
+    version = models.PositiveIntegerField(default=1, editable=False)
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="cases")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="owned_cases"
+    )
+    backup = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="backup_cases",
+        null=True,
+        blank=True,
+    )
+    waiting_on = models.CharField(
+        max_length=20, choices=WaitingOn.choices, default=WaitingOn.NOBODY, db_index=True
+    )
+    waiting_reason = models.CharField(max_length=200, blank=True)
+    outstanding_question = models.TextField(blank=True)
+    next_check_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    last_checked_order_version = models.PositiveIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    retry_count = models.PositiveIntegerField(
+        default=0, help_text="Consecutive transient failures of the current step."
+    )
+    apply_authorized_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Supervised autonomy: the person who started this apply.",
+    )
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+    retention_until = models.DateField(null=True, blank=True)
+    legal_hold = models.BooleanField(
+        default=False, help_text="While set, nothing of this case is purged."
+    )
+    purged_at = models.DateTimeField(
+        null=True, blank=True, help_text="Payload purged; the row is a tombstone for the audit."
+    )
+    revoked_at = models.DateTimeField(
+        null=True, blank=True, help_text="Authority revoked: no new child work is admitted."
+    )
+    revocation_kind = models.CharField(max_length=20, blank=True)
+    order_delivery_date_seen = models.DateField(
+        null=True, blank=True, help_text="The order's delivery date at the last source check."
+    )
+
+    objects = CaseQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-number"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["account", "request_key"], name="case_unique_request_key_per_account"
+            ),
+            models.CheckConstraint(
+                condition=Q(backup__isnull=True) | ~Q(backup=models.F("owner")),
+                name="case_backup_is_not_owner",
+            ),
+        ]
+        permissions = [
+            ("work_case", "Can work a case (check source, escalate, cancel)"),
+            ("lead_case", "Can reassign, stop and resume cases"),
+        ]
+
+    def __str__(self) -> str:
+        return self.reference
+
+    # --- derived --------------------------------------------------------------------------
+    @property
+    def owner_is_away(self) -> bool:
+        profile = getattr(self.owner, "staff_profile", None)
+        return bool(profile and profile.is_away())
+
+    @property
+    def responsible_now(self):
+        """The owner, or the named backup while the owner is away."""
+        if self.owner_is_away and self.backup_id:
+            return self.backup
+        return self.owner
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def is_overdue(self) -> bool:
+        return bool(
+            not self.is_terminal and self.next_check_at and self.next_check_at < timezone.now()
+        )
+
+    # --- guards ---------------------------------------------------------------------------
+    def account_verified(self) -> bool:
+        return self.account.verified
+
+    def account_has_access(self) -> bool:
+        return self.account.access_active
+
+    def nothing_in_flight(self) -> bool:
+        """No attempt is running: nothing can be sent while the case moves this way."""
+        return not self.attempts.filter(state__in=["running", "cancel_requested"]).exists()
+
+    # --- transitions (in memory only; services save and audit) ----------------------------
+    @transition(
+        field=status,
+        source=[Status.NEW, Status.NEEDS_ATTENTION],
+        target=Status.WAITING_SOURCE,
+        conditions=[account_verified, account_has_access],
+        permission="cases.work_case",
+        custom={"label": "Check the order source", "manual": True},
+    )
+    def request_source_check(self):
+        """Ask the workers to (re)read the order: the case waits for the order system."""
+
+    @transition(
+        field=status,
+        source=Status.WAITING_SOURCE,
+        target=Status.PREPARING_PROPOSAL,
+        conditions=[account_has_access],
+        custom={"label": "Source checked"},
+    )
+    def source_checked(self):
+        """Current evidence recorded; a proposal can be prepared from it."""
+
+    @transition(
+        field=status,
+        source=[Status.PREPARING_PROPOSAL, Status.AWAITING_REVIEW, Status.READY, Status.APPLYING],
+        target=Status.WAITING_SOURCE,
+        custom={"label": "Source changed"},
+    )
+    def source_changed(self):
+        """The order moved past the evidence: the proposal and approval are void."""
+
+    @transition(
+        field=status,
+        source=Status.PREPARING_PROPOSAL,
+        target=Status.AWAITING_REVIEW,
+        conditions=[account_has_access],
+        custom={"label": "Submit for review"},
+    )
+    def submit_for_review(self):
+        """One exact proposal waits for a four-eyes decision."""
+
+    @transition(
+        field=status,
+        source=Status.AWAITING_REVIEW,
+        target=Status.READY,
+        conditions=[account_has_access],
+        custom={"label": "Approve"},
+    )
+    def approve(self):
+        """Approved and queued; 'ready' is a queue position, not a permission."""
+
+    @transition(
+        field=status,
+        source=Status.AWAITING_REVIEW,
+        target=Status.PREPARING_PROPOSAL,
+        custom={"label": "Reject"},
+    )
+    def reject(self):
+        """The approver said no; the owner prepares another proposal."""
+
+    @transition(
+        field=status,
+        source=[Status.AWAITING_REVIEW, Status.READY],
+        target=Status.PREPARING_PROPOSAL,
+        custom={"label": "Change the intended change"},
+    )
+    def revise(self):
+        """The intended change itself changed: the old proposal and any approval are void."""
+
+    @transition(
+        field=status,
+        source=[Status.READY, Status.APPLYING, Status.HELD],
+        target=Status.AWAITING_REVIEW,
+        custom={"label": "Approval expired"},
+    )
+    def approval_expired(self):
+        """The approval lapsed before the change was applied: a fresh decision is needed."""
+
+    @transition(
+        field=status,
+        source=Status.READY,
+        target=Status.APPLYING,
+        conditions=[account_has_access],
+        custom={"label": "Claim"},
+    )
+    def claim(self):
+        """One worker's attempt starts; services make this a compare-and-set."""
+
+    @transition(
+        field=status,
+        source=Status.APPLYING,
+        target=Status.READY,
+        custom={"label": "Retry later"},
+    )
+    def retry_later(self):
+        """A transient refusal: nothing was applied; back in the queue with a next check."""
+
+    @transition(
+        field=status,
+        source=[*SENDABLE_STATUSES, Status.APPLYING, Status.NEEDS_ATTENTION],
+        target=Status.HELD,
+        custom={"label": "Hold for recovery"},
+    )
+    def hold_for_recovery(self):
+        """Restored records may be older than the order system: reconcile before resuming."""
+
+    @transition(
+        field=status,
+        source=[Status.APPLYING, Status.READY],
+        target=Status.HELD,
+        custom={"label": "Hold"},
+    )
+    def hold(self):
+        """Effect unknown, worker missing, or another owner exists: a person must reconcile."""
+
+    @transition(
+        field=status,
+        source=[Status.APPLYING, Status.HELD],
+        target=Status.DONE,
+        custom={"label": "Complete"},
+    )
+    def complete(self):
+        """The change is proven applied and the steps after it are confirmed."""
+
+    @transition(
+        field=status,
+        source=Status.HELD,
+        target=Status.READY,
+        custom={"label": "Proven applied: resume the steps after apply"},
+    )
+    def resume_steps(self):
+        """The change is proven applied; notification and closing resume, nothing re-applies."""
+
+    @transition(
+        field=status,
+        source=Status.HELD,
+        target=Status.READY,
+        conditions=[account_has_access],
+        custom={"label": "Proven absent: may apply again"},
+    )
+    def settle_absent(self):
+        """After the fence, the operation is proven absent; the same operation may be retried."""
+
+    @transition(
+        field=status,
+        source=[*SENDABLE_STATUSES, Status.APPLYING],
+        target=Status.NEEDS_ATTENTION,
+        conditions=[nothing_in_flight],
+        permission="cases.work_case",
+        custom={"label": "Escalate to a person", "manual": True},
+    )
+    def escalate(self):
+        """Human review: attempts exhausted, invalid input or revoked permission."""
+
+    def has_approved_proposal(self) -> bool:
+        return self.proposals.filter(status="approved").exists()
+
+    @transition(
+        field=status,
+        source=Status.NEEDS_ATTENTION,
+        target=Status.READY,
+        conditions=[account_has_access, has_approved_proposal],
+        permission="cases.lead_case",
+        custom={"label": "Put back in the apply queue", "manual": True},
+    )
+    def requeue(self):
+        """A person decided the cause is gone; every claim guard is checked again."""
+
+    @transition(
+        field=status,
+        source=[*SENDABLE_STATUSES, Status.NEEDS_ATTENTION],
+        target=Status.CANCELLED,
+        permission="cases.work_case",
+        custom={"label": "Cancel", "manual": True},
+    )
+    def cancel(self):
+        """Before anything can have been sent: nothing to undo."""
+
+    @transition(
+        field=status,
+        source=[Status.HELD, Status.APPLYING],
+        target=Status.CANCELLED,
+        custom={"label": "Proven absent: cancelled"},
+    )
+    def settle_cancelled(self):
+        """A cancellation during uncertainty, honoured once the operation is proven absent."""
+
+    @transition(
+        field=status,
+        source=[*SENDABLE_STATUSES, Status.APPLYING, Status.NEEDS_ATTENTION, Status.HELD],
+        target=Status.STOPPED,
+        permission="cases.lead_case",
+        custom={"label": "Stop the work", "manual": True},
+    )
+    def stop(self):
+        """Access or context revoked and everything under the case settled."""
+
+    def has_late_cancellation(self) -> bool:
+        return self.cancellations.filter(outcome="after_change").exists()
+
+    @transition(
+        field=status,
+        source=Status.DONE,
+        target=Status.PREPARING_PROPOSAL,
+        conditions=[account_has_access, has_late_cancellation],
+        custom={"label": "Propose reversal"},
+    )
+    def reopen_for_reversal(self):
+        """The customer cancelled after the change was applied: a new, separate proposal."""
+
+
+class CaseEventQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise PermissionError("Case events are append-only.")
+
+    def delete(self):
+        raise PermissionError("Case events are append-only.")
+
+
+class CaseEvent(models.Model):
+    """Append-only audit trail. Only services write it; nothing edits or deletes it."""
+
+    case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="events")
+    action = models.CharField(max_length=80, help_text="Namespaced code, e.g. cases.case.created")
+    from_status = models.CharField(max_length=30, blank=True)
+    to_status = models.CharField(max_length=30, blank=True)
+    reason = models.TextField(blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    actor_label = models.CharField(
+        max_length=120, help_text="Who or what acted: a username, a worker id, or 'system'."
+    )
+    version = models.PositiveIntegerField(help_text="The case version this event produced.")
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    objects = CaseEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["case", "id"]
+        indexes = [models.Index(fields=["case", "version"])]
+        # Related managers and the ORM's internals go through the append-only queryset too.
+        base_manager_name = "objects"
+
+    def __str__(self) -> str:
+        return f"{self.case_id} v{self.version} {self.action}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None or not self._state.adding:
+            raise PermissionError("Case events are append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise PermissionError("Case events are append-only.")
+
+
+class EvidenceReference(models.Model):
+    """A pointer to permitted evidence in another system, never a copy of the messages."""
+
+    class Source(models.TextChoices):
+        ORDER_SYSTEM = "order_system", "Order system"
+        EMAIL = "email", "Email"
+        PHONE = "phone", "Phone call"
+        CHAT = "chat", "Chat"
+        CRM = "crm", "CRM"
+        OTHER = "other", "Other"
+
+    class Basis(models.TextChoices):
+        CONTRACT = "contract", "Performance of the customer's contract"
+        CONSENT = "consent", "Customer consent"
+        LEGITIMATE_INTEREST = "legitimate_interest", "Legitimate interest"
+        LEGAL_OBLIGATION = "legal_obligation", "Legal obligation"
+
+    case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="evidence")
+    source_system = models.CharField(max_length=20, choices=Source.choices)
+    external_reference = models.CharField(max_length=200)
+    kind = models.CharField(max_length=60, help_text="e.g. order_read, customer_request")
+    permitted_basis = models.CharField(max_length=30, choices=Basis.choices)
+    captured_at = models.DateTimeField(default=timezone.now)
+    summary = models.CharField(max_length=280)
+    order_version = models.PositiveIntegerField(null=True, blank=True)
+    recorded_by = models.CharField(max_length=120)
+
+    class Meta:
+        ordering = ["case", "-captured_at"]
+
+    def __str__(self) -> str:
+        return f"{self.source_system}:{self.external_reference}"
+
+
+class CancellationRequest(models.Model):
+    """A customer's request to cancel, kept as its own record: it is never shown as done
+    until the case is proven to have nothing applied."""
+
+    class Outcome(models.TextChoices):
+        PENDING = "pending", "Pending: the outcome of a sent change is unknown"
+        CANCELLED = "cancelled", "Cancelled: nothing was applied"
+        ARRIVED_AFTER_CHANGE = "after_change", "Arrived after the change was applied"
+        REFUSED = "refused", "Refused: the case was already closed"
+
+    case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="cancellations")
+    reason = models.TextField()
+    via = models.CharField(max_length=20, help_text="api, admin or system")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    requested_by_label = models.CharField(max_length=120)
+    requested_at = models.DateTimeField(default=timezone.now)
+    outcome = models.CharField(max_length=20, choices=Outcome.choices, default=Outcome.PENDING)
+    settled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["case", "requested_at"]
+
+    def __str__(self) -> str:
+        return f"Cancellation of {self.case_id} ({self.outcome})"
+
+
+class Attempt(models.Model):
+    """One worker's claim on a case (D-41-a1). Never reused; each carries a higher token."""
+
+    class State(models.TextChoices):
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed (definite answer, nothing left in flight)"
+        EFFECT_UNKNOWN = "effect_unknown", "Effect unknown"
+        LEASE_EXPIRED = "lease_expired", "Lease expired (worker missing)"
+        CANCEL_REQUESTED = "cancel_requested", "Cancellation requested"
+        STOPPED = "stopped", "Worker stopped"
+        FENCED = "fenced", "Fenced (a newer owner exists)"
+
+    ACTIVE = (State.RUNNING, State.CANCEL_REQUESTED)
+
+    class Step(models.TextChoices):
+        NONE = "", "Nothing confirmed"
+        APPLIED = "applied", "Change applied at the order system"
+        NOTIFIED = "notified", "Customer notified"
+        CLOSED = "closed", "Case closed"
+
+    case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="attempts")
+    operation = models.ForeignKey(
+        "approvals.Operation", on_delete=models.PROTECT, related_name="attempts"
+    )
+    reference = models.CharField(max_length=30, unique=True)
+    sequence = models.PositiveIntegerField()
+    kind = models.CharField(max_length=20, default="apply")
+    worker = models.CharField(max_length=120, help_text="host:pid of the claiming worker")
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The person who started it (supervised autonomy).",
+    )
+    fencing_token = models.BigIntegerField(unique=True)
+    claimed_at = models.DateTimeField(default=timezone.now)
+    lease_expires_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.RUNNING)
+    last_confirmed_step = models.CharField(
+        max_length=20, choices=Step.choices, default=Step.NONE, blank=True
+    )
+    submitted_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the write may have left for the order system."
+    )
+    last_error = models.TextField(blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["case", "sequence"]
+        constraints = [
+            models.UniqueConstraint(fields=["case", "sequence"], name="attempt_seq_per_case"),
+            models.UniqueConstraint(
+                fields=["case"],
+                condition=Q(state__in=["running", "cancel_requested"]),
+                name="attempt_one_active_per_case",
+            ),
+        ]
+        indexes = [
+            # The watchdog's query: active attempts whose lease ran out. Partial, so it stays
+            # as small as the number of running attempts however many cases there are.
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(state__in=["running", "cancel_requested"]),
+                name="attempt_active_lease_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.reference
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in self.ACTIVE
+
+
+class SystemMarker(models.Model):
+    """The database's identity and epoch. A worker remembers the epoch it saw outside the
+    database; a database whose epoch went backwards was restored from a backup."""
+
+    name = models.CharField(max_length=40, primary_key=True)
+    identity = models.CharField(max_length=64)
+    epoch = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.identity} epoch {self.epoch}"
+
+
+class HeldCase(Case):
+    """The queue of held cases: a person must reconcile each from evidence."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "held case"
+        verbose_name_plural = "Queue: held cases (reconcile from evidence)"
+
+
+class AttentionCase(Case):
+    """The queue of cases that need a person: attempts exhausted, invalid input, no access."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "case needing attention"
+        verbose_name_plural = "Queue: cases needing attention"

@@ -1,0 +1,235 @@
+"""Revoking a work context: deleting or withdrawing a case, or a customer losing access.
+
+Revocation is an authority event, not a hidden row. It takes the case row lock — the same lock
+every admission of child work takes (a proposal, an approval, a claim) — so the two are strictly
+ordered: a child admitted first is found and reconciled here; one arriving after sees
+``revoked_at`` and is refused. In one transaction: record the revocation, discover the unsettled
+set by lifecycle meaning, close queued and awaiting-approval work, and record a cancellation
+intent on running attempts. After the commit, the fence at the order system is raised so that a
+running attempt cannot apply anything late; running work then settles by the worker's
+acknowledgement (it sees the intent on its next heartbeat) or by its lease expiring.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.db import transaction
+from django.utils import timezone
+
+from cases.models import Attempt, Case, CustomerAccount, Status, WaitingOn
+from cases.services import (
+    Actor,
+    Worker,
+    _bump_and_save,
+    _require,
+    actor_label,
+    apply_transition,
+    lock_case,
+    record_event,
+)
+
+
+@dataclass
+class Revocation:
+    case: Case
+    already: bool = False
+    closed_proposals: list[int] = field(default_factory=list)
+    revoked_approvals: list[str] = field(default_factory=list)
+    cancel_requested: list[str] = field(default_factory=list)
+    uncertain: list[str] = field(default_factory=list)
+    fenced: list[str] = field(default_factory=list)
+    fence_failed: list[str] = field(default_factory=list)
+
+    @property
+    def settled(self) -> bool:
+        return self.case.status in {Status.STOPPED, Status.CANCELLED, Status.DONE}
+
+
+def case_revoke(
+    *, case: Case, actor: Actor, reason: str, kind: str = "withdrawn", fence=True
+) -> Revocation:
+    """Revoke authority over a case and reconcile everything unsettled under it."""
+    result = _revoke_in_transaction(case, actor, reason, kind)
+    if fence and (result.cancel_requested or result.uncertain):
+        _raise_fence(result, actor)
+    return result
+
+
+def _revoke_in_transaction(case: Case, actor: Actor, reason: str, kind: str) -> Revocation:
+    from approvals.models import Proposal
+    from approvals.services import _close_proposal, _revoke_approvals
+
+    now = timezone.now()
+    with transaction.atomic():
+        case = lock_case(case)
+        if not isinstance(actor, Worker):
+            _require(actor, "cases.lead_case", case, "revoke the case")
+        result = Revocation(case=case)
+        if case.revoked_at is not None or case.is_terminal:
+            result.already = True
+            return result
+        case.revoked_at, case.revocation_kind = now, kind
+        _bump_and_save(case, ["revoked_at", "revocation_kind"])
+        record_event(
+            case=case,
+            action="cases.revocation.requested",
+            actor=actor,
+            reason=f"Context revoked ({kind}): {reason}",
+            detail={"kind": kind},
+        )
+
+        # The unsettled set, by lifecycle meaning rather than a convenient column.
+        open_proposals = list(case.proposals.filter(status__in=Proposal.OPEN))
+        active = list(case.attempts.filter(state__in=Attempt.ACTIVE))
+        uncertain = case.status == Status.HELD
+        record_event(
+            case=case,
+            action="cases.revocation.unsettled_discovered",
+            actor=actor,
+            reason=f"{len(open_proposals)} queued or awaiting-approval proposal(s), "
+            f"{len(active)} running attempt(s)" + (", an unknown outcome" if uncertain else ""),
+            detail={
+                "proposals": [p.pk for p in open_proposals],
+                "attempts": [a.reference for a in active],
+                "held": uncertain,
+            },
+        )
+        # Queued and awaiting-approval work closes synchronously: no worker holds it.
+        for proposal in open_proposals:
+            if proposal.status == Proposal.Status.APPROVED and active:
+                continue  # its attempt is running: settled by the attempt, below
+            result.revoked_approvals += _revoke_approvals(proposal, f"Revoked: {reason}")
+            _close_proposal(proposal, Proposal.Status.WITHDRAWN, f"Context revoked: {reason}")
+            result.closed_proposals.append(proposal.pk)
+        if result.closed_proposals:
+            record_event(
+                case=case,
+                action="cases.revocation.closed_queued",
+                actor=actor,
+                reason="Queued and awaiting-approval work closed",
+                detail={
+                    "proposals": result.closed_proposals,
+                    "approvals": result.revoked_approvals,
+                },
+            )
+        # Running work can only be asked to stop: the intent is durable, the stop is not yet.
+        for attempt in active:
+            Attempt.objects.filter(pk=attempt.pk, state=Attempt.State.RUNNING).update(
+                state=Attempt.State.CANCEL_REQUESTED, cancel_requested_at=now
+            )
+            result.cancel_requested.append(attempt.reference)
+            record_event(
+                case=case,
+                action="cases.attempt.cancel_requested",
+                actor=actor,
+                reason=f"Cancellation requested for {attempt.reference}; it stops at "
+                "its next heartbeat or when its lease expires",
+                detail={"attempt": attempt.reference},
+            )
+        if uncertain:
+            result.uncertain.append(case.reference)
+        if not active and not uncertain:
+            apply_transition(
+                case,
+                "stop",
+                actor=actor,
+                reason=f"Authority revoked ({kind}) and nothing was in flight: stopped. {reason}",
+                waiting=(WaitingOn.NOBODY, ""),
+            )
+        elif active:
+            case.waiting_on = WaitingOn.WORKER
+            case.waiting_reason = "Revoked: waiting for the worker to stop or its lease to end"
+            _bump_and_save(case, ["waiting_on", "waiting_reason"])
+        else:
+            case.waiting_on = WaitingOn.OWNER
+            case.waiting_reason = "Revoked while the outcome is unknown: reconcile to settle"
+            case.next_check_at = now
+            _bump_and_save(case, ["waiting_on", "waiting_reason", "next_check_at"])
+    return result
+
+
+def _raise_fence(result: Revocation, actor: Actor) -> None:
+    """Close the door at the order system (outside any transaction)."""
+    from cases.fencing import next_fencing_token
+    from reconciliation.client import OrderSystemClient
+    from reconciliation.exceptions import OrderSystemError
+
+    case = result.case
+    token = next_fencing_token()
+    try:
+        with OrderSystemClient.from_settings() as client:
+            client.fence(case.order_id, token)
+    except OrderSystemError as exc:
+        result.fence_failed.append(case.order_id)
+        outcome = (
+            "cases.revocation.fence_failed",
+            f"The fence for {case.order_id} could not be raised ({exc.error}); the "
+            "lease still bounds the running work and reconciliation fences again",
+        )
+    else:
+        result.fenced.append(case.order_id)
+        outcome = (
+            "cases.revocation.fenced",
+            f"Fence raised for {case.order_id} at token {token}: older attempts are "
+            "refused by the order system",
+        )
+    with transaction.atomic():
+        locked = lock_case(case.pk)
+        _bump_and_save(locked, [])
+        record_event(
+            case=locked,
+            action=outcome[0],
+            actor=actor,
+            reason=outcome[1],
+            detail={"order_id": case.order_id, "fence_token": token},
+        )
+
+
+def settle_after_stop(case: Case, actor: Actor, why: str) -> None:
+    """Called with the case locked once an attempt that was asked to stop has ended with
+    nothing applied: honour the revocation or the pending cancellation."""
+    from cases.models import CancellationRequest
+
+    if case.status != Status.APPLYING:
+        return
+    if case.attempts.filter(state__in=Attempt.ACTIVE).exists():
+        return
+    pending = case.cancellations.filter(outcome=CancellationRequest.Outcome.PENDING)
+    if case.revoked_at is not None:
+        pending.update(outcome=CancellationRequest.Outcome.CANCELLED, settled_at=timezone.now())
+        apply_transition(
+            case,
+            "stop",
+            actor=actor,
+            reason=f"{why}; authority was revoked, so the work is stopped with nothing applied",
+            waiting=(WaitingOn.NOBODY, ""),
+        )
+    elif pending.exists():
+        pending.update(outcome=CancellationRequest.Outcome.CANCELLED, settled_at=timezone.now())
+        apply_transition(
+            case,
+            "settle_cancelled",
+            actor=actor,
+            reason=f"{why}; nothing was applied, so the cancellation is honoured",
+        )
+
+
+def account_revoke_access(*, account: CustomerAccount, actor: Actor, reason: str) -> list:
+    """The customer lost access: revoke every open case of the account, one lock at a time."""
+    if not isinstance(actor, Worker) and not (
+        actor.is_superuser or actor.has_perm("cases.lead_case")
+    ):
+        from cases.exceptions import ActionNotPermitted
+
+        raise ActionNotPermitted(f"{actor_label(actor)} may not revoke account access.")
+    with transaction.atomic():
+        locked = CustomerAccount.objects.select_for_update().get(pk=account.pk)
+        if locked.access_active:
+            locked.access_active = False
+            locked.access_revoked_at = timezone.now()
+            locked.save(update_fields=["access_active", "access_revoked_at"])
+    results = []
+    for case in Case.objects.filter(account=account).open():
+        results.append(case_revoke(case=case, actor=actor, reason=reason, kind="access_revoked"))
+    return results

@@ -1,0 +1,112 @@
+"""Role groups (agent, lead, approver, auditor) and the permissions each holds.
+
+Migrations call ``grant_role_permissions`` with the historical app registry.
+"""
+
+from __future__ import annotations
+
+ROLES = ("agent", "lead", "approver", "auditor")
+
+
+def grant_role_permissions(apps, mapping: dict[str, list[str]]) -> None:
+    """Create the groups if needed and give each the listed ``app_label.codename`` perms."""
+    from django.contrib.auth.management import create_permissions
+
+    for app_config in apps.get_app_configs():
+        # Permissions are normally created after migrate; make them exist now.
+        app_config.models_module = True
+        create_permissions(app_config, verbosity=0, apps=apps)
+        app_config.models_module = None
+    Group = apps.get_model("auth", "Group")
+    Permission = apps.get_model("auth", "Permission")
+    for role, perms in mapping.items():
+        group, _ = Group.objects.get_or_create(name=role)
+        for perm in perms:
+            app_label, codename = perm.split(".")
+            group.permissions.add(
+                Permission.objects.get(content_type__app_label=app_label, codename=codename)
+            )
+
+
+# What each role may do today (the migrations hold the history of how it got there).
+ROLE_PERMISSIONS: dict[str, list[str]] = {
+    "agent": [
+        "cases.view_case",
+        "cases.add_case",
+        "cases.work_case",
+        "cases.view_caseevent",
+        "cases.view_evidencereference",
+        "cases.add_evidencereference",
+        "cases.view_customeraccount",
+        "approvals.view_proposal",
+        "approvals.view_approval",
+        "approvals.view_operation",
+        "reconciliation.view_ordersystemprofile",
+    ],
+    "lead": [
+        "cases.view_case",
+        "cases.add_case",
+        "cases.change_case",
+        "cases.work_case",
+        "cases.lead_case",
+        "cases.view_caseevent",
+        "cases.view_evidencereference",
+        "cases.add_evidencereference",
+        "cases.view_customeraccount",
+        "cases.change_customeraccount",
+        "cases.view_team",
+        "cases.view_staffprofile",
+        "cases.add_staffprofile",
+        "cases.change_staffprofile",
+        "approvals.view_proposal",
+        "approvals.view_approval",
+        "approvals.view_operation",
+        "reconciliation.view_ordersystemprofile",
+        "reconciliation.run_probe",
+    ],
+    "approver": [
+        "cases.view_case",
+        "cases.view_caseevent",
+        "cases.view_evidencereference",
+        "cases.view_customeraccount",
+        "approvals.approve_proposal",
+        "approvals.view_proposal",
+        "approvals.view_approval",
+        "approvals.view_operation",
+        "reconciliation.view_ordersystemprofile",
+    ],
+    "auditor": [
+        "cases.view_case",
+        "cases.view_caseevent",
+        "cases.view_evidencereference",
+        "cases.view_customeraccount",
+        "cases.view_team",
+        "approvals.view_proposal",
+        "approvals.view_approval",
+        "approvals.view_operation",
+        "reconciliation.view_ordersystemprofile",
+    ],
+}
+
+
+def ensure_roles() -> None:
+    """Make the four role groups exist with today's permissions (idempotent).
+
+    Used by ``load_demo`` and by tests whose database was flushed after the migrations ran.
+    """
+    from django.apps import apps
+    from django.contrib.auth.management import create_permissions
+    from django.contrib.auth.models import Group, Permission
+
+    if not Permission.objects.filter(codename="lead_case").exists():
+        for app_config in apps.get_app_configs():
+            create_permissions(app_config, verbosity=0)
+    for role, perms in ROLE_PERMISSIONS.items():
+        group, _ = Group.objects.get_or_create(name=role)
+        wanted = []
+        for perm in perms:
+            app_label, codename = perm.split(".")
+            wanted.append(
+                Permission.objects.get(content_type__app_label=app_label, codename=codename)
+            )
+        group.permissions.add(*wanted)

@@ -1,0 +1,57 @@
+"""Read-side querysets. Team scoping lives here, once, for the admin, the API and services."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.db.models import QuerySet
+
+from cases.models import Case, CaseEvent, CustomerAccount, EvidenceReference, Team
+
+User = get_user_model()
+
+
+def teams_for(user) -> QuerySet[Team]:
+    if user is None or not user.is_authenticated:
+        return Team.objects.none()
+    if user.is_superuser:
+        return Team.objects.all()
+    return Team.objects.filter(members=user)
+
+
+def cases_for(user) -> QuerySet[Case]:
+    """Cases the user may see: those of their teams (all of them for a superuser)."""
+    if user is None or not user.is_authenticated:
+        return Case.objects.none()
+    qs = Case.objects.select_related("account", "team", "owner__staff_profile", "backup")
+    if user.is_superuser:
+        return qs
+    return qs.filter(team__members=user)
+
+
+def accounts_for(user) -> QuerySet[CustomerAccount]:
+    if user is None or not user.is_authenticated:
+        return CustomerAccount.objects.none()
+    if user.is_superuser:
+        return CustomerAccount.objects.all()
+    return CustomerAccount.objects.filter(team__members=user)
+
+
+def events_for(user) -> QuerySet[CaseEvent]:
+    return CaseEvent.objects.filter(case__in=cases_for(user).values("pk"))
+
+
+def evidence_for(user) -> QuerySet[EvidenceReference]:
+    return EvidenceReference.objects.filter(case__in=cases_for(user).values("pk"))
+
+
+def team_members(team: Team) -> QuerySet:
+    return User.objects.filter(holdfast_teams=team, is_active=True).order_by("username")
+
+
+def case_get_for(user, reference: str) -> Case:
+    from cases.exceptions import CaseNotFound
+
+    try:
+        return cases_for(user).get(reference=reference)
+    except Case.DoesNotExist:
+        raise CaseNotFound(f"No case {reference} among your teams' cases.") from None

@@ -1,0 +1,577 @@
+"""The only code that writes cases.
+
+Every function is keyword-only and runs in one transaction: lock the case row, check the
+expected version and the actor's permission explicitly (django-fsm-2 does not enforce
+``permission=``), apply the transition, bump ``version`` and write exactly one ``CaseEvent``.
+Follow-up work is scheduled with ``transaction.on_commit``, never inside the transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django_fsm import can_proceed
+
+from cases.exceptions import (
+    ActionNotPermitted,
+    InvalidCaseInput,
+    TransitionRejected,
+    VersionConflict,
+)
+from cases.fencing import counter_next
+from cases.models import (
+    TERMINAL_STATUSES,
+    Case,
+    CaseEvent,
+    CustomerAccount,
+    EvidenceReference,
+    Status,
+    WaitingOn,
+)
+from cases.scheduling import enqueue_on_commit
+
+
+@dataclass(frozen=True)
+class Worker:
+    """A non-human actor: a background worker or the system itself."""
+
+    label: str
+
+    @classmethod
+    def current(cls, kind: str = "worker") -> Worker:
+        return cls(f"{kind}:{socket.gethostname()}:{os.getpid()}")
+
+
+SYSTEM = Worker("system")
+Actor = AbstractBaseUser | Worker
+
+
+def actor_label(actor: Actor) -> str:
+    return actor.label if isinstance(actor, Worker) else actor.get_username()
+
+
+def _user_or_none(actor: Actor):
+    return None if isinstance(actor, Worker) else actor
+
+
+def actor_may(actor: Actor, perm: str | None, case: Case) -> bool:
+    """Workers act for the system; people need the permission and membership of the team."""
+    if isinstance(actor, Worker):
+        return True
+    if not actor.is_active:
+        return False
+    if actor.is_superuser:
+        return True
+    if perm and not actor.has_perm(perm):
+        return False
+    return case.team.members.filter(pk=actor.pk).exists()
+
+
+def _require(actor: Actor, perm: str, case: Case, what: str) -> None:
+    if not actor_may(actor, perm, case):
+        raise ActionNotPermitted(f"{actor_label(actor)} may not {what} on {case.reference}.")
+
+
+# --- transitions ------------------------------------------------------------------------------
+
+# What each transition means for who must answer next. Services may override per call.
+_WAITING_AFTER: dict[str, tuple[str, str]] = {
+    "request_source_check": (WaitingOn.ORDER_SYSTEM, "Reading the order from the order system"),
+    "source_checked": (WaitingOn.WORKER, "Preparing a proposal from current evidence"),
+    "source_changed": (WaitingOn.ORDER_SYSTEM, "The order changed; reading it again"),
+    "submit_for_review": (WaitingOn.APPROVERS, "A proposal waits for an approver's decision"),
+    "approve": (WaitingOn.WORKER, "Approved; queued for an authorized worker"),
+    "reject": (WaitingOn.OWNER, "The proposal was rejected; prepare another"),
+    "revise": (WaitingOn.OWNER, "The intended change changed; a new proposal is needed"),
+    "approval_expired": (WaitingOn.APPROVERS, "The approval expired; a fresh decision is needed"),
+    "claim": (WaitingOn.WORKER, "A worker is applying the change"),
+    "retry_later": (WaitingOn.ORDER_SYSTEM, "The order system was unavailable; retrying later"),
+    "hold": (WaitingOn.OWNER, "The outcome is unknown; reconcile from evidence"),
+    "hold_for_recovery": (WaitingOn.OWNER, "Restored from backup: reconcile first"),
+    "complete": (WaitingOn.NOBODY, ""),
+    "settle_absent": (WaitingOn.WORKER, "Proven not applied; queued to apply again"),
+    "resume_steps": (WaitingOn.WORKER, "Proven applied; the steps after apply resume"),
+    "reopen_for_reversal": (WaitingOn.OWNER, "Reversal proposed: it needs its own approval"),
+    "settle_cancelled": (WaitingOn.NOBODY, ""),
+    "escalate": (WaitingOn.OWNER, "Needs a person's decision"),
+    "requeue": (WaitingOn.WORKER, "Back in the apply queue; every guard is checked again"),
+    "cancel": (WaitingOn.NOBODY, ""),
+    "stop": (WaitingOn.NOBODY, ""),
+}
+
+MANUAL_TRANSITIONS = ("request_source_check", "requeue", "escalate", "cancel", "stop")
+
+
+def transition_meta(name: str) -> dict[str, Any]:
+    method = getattr(Case, name, None)
+    meta = getattr(method, "_django_fsm", None)
+    if meta is None:
+        raise TransitionRejected(f"{name!r} is not a case transition.", allowed=[])
+    any_transition = next(iter(meta.transitions.values()))
+    return {"permission": any_transition.permission, "custom": any_transition.custom}
+
+
+def available_transitions(case: Case, actor: Actor | None = None) -> list[str]:
+    """Manual transitions permitted now (all guards hold), and for ``actor`` if given."""
+    names = []
+    for name in MANUAL_TRANSITIONS:
+        if not can_proceed(getattr(case, name)):
+            continue
+        if actor is not None and not actor_may(actor, transition_meta(name)["permission"], case):
+            continue
+        names.append(name)
+    return names
+
+
+def lock_case(case_or_pk: Case | int) -> Case:
+    """Re-read the case under a row lock (PostgreSQL); call inside ``transaction.atomic``."""
+    pk = case_or_pk.pk if isinstance(case_or_pk, Case) else case_or_pk
+    return (
+        Case.objects.select_for_update(of=("self",))
+        .select_related("account", "team", "owner__staff_profile", "backup")
+        .get(pk=pk)
+    )
+
+
+def _check_version(case: Case, expected_version: int | None) -> None:
+    if expected_version is not None and case.version != expected_version:
+        raise VersionConflict(expected=expected_version, current=case.version)
+
+
+def record_event(
+    *,
+    case: Case,
+    action: str,
+    actor: Actor,
+    reason: str = "",
+    from_status: str = "",
+    to_status: str = "",
+    detail: dict | None = None,
+) -> CaseEvent:
+    """Append one audit event for the version the case has now."""
+    return CaseEvent.objects.create(
+        case=case,
+        action=action,
+        from_status=from_status,
+        to_status=to_status,
+        reason=reason,
+        actor=_user_or_none(actor),
+        actor_label=actor_label(actor),
+        version=case.version,
+        detail=detail or {},
+    )
+
+
+def _bump_and_save(case: Case, fields: list[str]) -> None:
+    case.version += 1
+    case.save(update_fields=sorted({*fields, "version", "updated_at"}))
+
+
+def apply_transition(
+    case: Case,
+    name: str,
+    *,
+    actor: Actor,
+    reason: str,
+    detail: dict | None = None,
+    waiting: tuple[str, str] | None = None,
+    next_check_at: dt.datetime | None | bool = False,
+    **changes: Any,
+) -> CaseEvent:
+    """Run transition ``name`` on a case locked by the caller, save it and audit it.
+
+    ``changes`` are extra field values saved with the transition; ``next_check_at=False``
+    leaves the follow-up time alone, ``None`` clears it.
+    """
+    method = getattr(case, name)
+    if not can_proceed(method):
+        raise TransitionRejected(
+            f"{case.reference} is {case.get_status_display().lower()}: "
+            f"'{name}' is not allowed now.",
+            allowed=available_transitions(case),
+        )
+    from_status = case.status
+    method()
+    waiting_on, waiting_reason = waiting or _WAITING_AFTER.get(name, (WaitingOn.NOBODY, ""))
+    case.waiting_on, case.waiting_reason = waiting_on, waiting_reason[:200]
+    fields = ["status", "waiting_on", "waiting_reason", *changes]
+    for field, value in changes.items():
+        setattr(case, field, value)
+    if next_check_at is not False:
+        case.next_check_at = next_check_at
+        fields.append("next_check_at")
+    if case.status in TERMINAL_STATUSES:
+        case.closed_at = timezone.now()
+        case.retention_until = timezone.localdate() + dt.timedelta(
+            days=settings.CASE_RETENTION_DAYS
+        )
+        case.next_check_at = None
+        fields += ["closed_at", "retention_until", "next_check_at"]
+    _bump_and_save(case, fields)
+    return record_event(
+        case=case,
+        action="cases.case.transitioned",
+        actor=actor,
+        reason=reason,
+        from_status=from_status,
+        to_status=case.status,
+        detail={"transition": name, **(detail or {})},
+    )
+
+
+def case_transition(
+    *, case: Case, transition: str, expected_version: int, reason: str, actor: Actor
+) -> Case:
+    """A person or an integration moves a case by hand, having seen ``expected_version``."""
+    if transition not in MANUAL_TRANSITIONS:
+        raise TransitionRejected(
+            f"'{transition}' cannot be requested by hand; the workflow drives it.",
+            allowed=available_transitions(case, actor),
+        )
+    if not reason.strip():
+        raise InvalidCaseInput("Give a reason.", fields={"reason": ["A reason is required."]})
+    if transition == "cancel":
+        fresh = Case.objects.get(pk=case.pk)
+        _check_version(fresh, expected_version)
+        if fresh.is_terminal:
+            raise TransitionRejected(
+                f"{fresh.reference} is {fresh.get_status_display().lower()}: nothing to cancel.",
+                allowed=[],
+            )
+        return case_cancel_request(case=case, actor=actor, reason=reason, via="transition")
+    with transaction.atomic():
+        case = lock_case(case)
+        _require(actor, transition_meta(transition)["permission"], case, f"'{transition}'")
+        _check_version(case, expected_version)
+        due_now = transition in {"request_source_check", "requeue"}
+        next_check = timezone.now() if due_now else False
+        apply_transition(
+            case, transition, actor=actor, reason=reason.strip(), next_check_at=next_check
+        )
+    return case
+
+
+# --- intake -----------------------------------------------------------------------------------
+
+
+def case_intake(
+    *,
+    actor: Actor,
+    account: CustomerAccount,
+    request_key: str,
+    order_id: str,
+    requested_date: dt.date,
+    note: str = "",
+) -> tuple[Case, bool]:
+    """Open a case for a customer request, or return the one this request key already opened.
+
+    The same ``account`` + ``request_key`` never yields a second case, even when two intakes
+    race: the unique constraint decides and the loser returns the winner's case.
+    """
+    team = account.team
+    if (
+        not isinstance(actor, Worker)
+        and not actor.is_superuser
+        and not (actor.has_perm("cases.add_case") and team.members.filter(pk=actor.pk).exists())
+    ):
+        raise ActionNotPermitted(f"{actor_label(actor)} may not open cases for {team}.")
+    existing = Case.objects.filter(account=account, request_key=request_key).first()
+    if existing is not None:
+        return existing, False
+    if team.default_owner_id is None:
+        raise InvalidCaseInput(
+            f"Team {team} has no default owner to take the case.",
+            fields={"account": [f"Team {team} has no support lead to own new cases."]},
+        )
+    try:
+        with transaction.atomic():
+            number = counter_next("case_number")
+            case = Case.objects.create(
+                reference=f"{settings.CASE_REFERENCE_PREFIX}-{number}",
+                number=number,
+                account=account,
+                request_key=request_key,
+                order_id=order_id,
+                requested_date=requested_date,
+                note=note,
+                team=team,
+                owner_id=team.default_owner_id,
+                backup_id=team.default_backup_id,
+                waiting_on=WaitingOn.OWNER,
+                waiting_reason="New request: the account must be verified",
+            )
+            record_event(
+                case=case,
+                action="cases.case.created",
+                actor=actor,
+                reason="Customer request received",
+                to_status=case.status,
+                detail={"request_key": request_key, "order_id": order_id},
+            )
+            if can_proceed(case.request_source_check):
+                apply_transition(
+                    case,
+                    "request_source_check",
+                    actor=actor,
+                    reason="Verified account: read the order before proposing anything",
+                    next_check_at=timezone.now(),
+                )
+                enqueue_on_commit("reconciliation.tasks.source_check", case.pk)
+    except IntegrityError:
+        existing = Case.objects.filter(account=account, request_key=request_key).first()
+        if existing is None:
+            raise
+        return existing, False
+    return case, True
+
+
+# --- ownership and follow-up ----------------------------------------------------------------
+
+
+def case_assign(
+    *, case: Case, expected_version: int, owner, backup, reason: str, actor: Actor
+) -> Case:
+    """Hand the case to an owner and a named backup, both members of the case's team."""
+    with transaction.atomic():
+        case = lock_case(case)
+        _require(actor, "cases.lead_case", case, "reassign the case")
+        _check_version(case, expected_version)
+        errors: dict[str, list[str]] = {}
+        members = case.team.members
+        if not members.filter(pk=owner.pk).exists():
+            errors["owner"] = [f"{owner} is not a member of {case.team}."]
+        if backup is not None and not members.filter(pk=backup.pk).exists():
+            errors["backup"] = [f"{backup} is not a member of {case.team}."]
+        if backup is not None and backup.pk == owner.pk:
+            errors["backup"] = ["The backup must be someone other than the owner."]
+        if errors:
+            raise InvalidCaseInput("The assignment is not valid.", fields=errors)
+        before = {"owner": case.owner.get_username(), "backup": _name(case.backup)}
+        case.owner, case.backup = owner, backup
+        _bump_and_save(case, ["owner", "backup"])
+        record_event(
+            case=case,
+            action="cases.case.reassigned",
+            actor=actor,
+            reason=reason or "Reassigned",
+            detail={
+                "before": before,
+                "after": {"owner": owner.get_username(), "backup": _name(backup)},
+            },
+        )
+    return case
+
+
+def _name(user) -> str | None:
+    return user.get_username() if user is not None else None
+
+
+def case_update_followup(
+    *,
+    case: Case,
+    expected_version: int,
+    actor: Actor,
+    outstanding_question: str | None = None,
+    next_check_at: dt.datetime | None | bool = False,
+    reason: str = "",
+) -> Case:
+    """Record what the case is waiting to learn and when to look at it again."""
+    with transaction.atomic():
+        case = lock_case(case)
+        _require(actor, "cases.work_case", case, "update the follow-up")
+        _check_version(case, expected_version)
+        changed: dict[str, Any] = {}
+        if outstanding_question is not None and outstanding_question != case.outstanding_question:
+            changed["outstanding_question"] = outstanding_question
+        if next_check_at is not False and next_check_at != case.next_check_at:
+            changed["next_check_at"] = next_check_at
+        if not changed:
+            return case
+        for field, value in changed.items():
+            setattr(case, field, value)
+        _bump_and_save(case, list(changed))
+        record_event(
+            case=case,
+            action="cases.case.followup_updated",
+            actor=actor,
+            reason=reason or "Follow-up updated",
+            detail={
+                k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in changed.items()
+            },
+        )
+    return case
+
+
+# --- evidence ----------------------------------------------------------------------------------
+
+
+def evidence_add(
+    *,
+    case: Case,
+    actor: Actor,
+    source_system: str,
+    external_reference: str,
+    kind: str,
+    permitted_basis: str,
+    summary: str,
+    captured_at: dt.datetime | None = None,
+    order_version: int | None = None,
+) -> EvidenceReference:
+    """Attach a reference to permitted evidence to a case locked by the caller (no version bump).
+
+    Services that record evidence as part of a transition call this inside their transaction.
+    """
+    return EvidenceReference.objects.create(
+        case=case,
+        source_system=source_system,
+        external_reference=external_reference,
+        kind=kind,
+        permitted_basis=permitted_basis,
+        summary=summary[:280],
+        captured_at=captured_at or timezone.now(),
+        order_version=order_version,
+        recorded_by=actor_label(actor),
+    )
+
+
+def evidence_record(
+    *, case: Case, expected_version: int | None, actor: Actor, **reference: Any
+) -> EvidenceReference:
+    """A person records a reference to evidence; the case version moves and is audited."""
+    with transaction.atomic():
+        case = lock_case(case)
+        _require(actor, "cases.add_evidencereference", case, "record evidence")
+        _check_version(case, expected_version)
+        evidence = evidence_add(case=case, actor=actor, **reference)
+        _bump_and_save(case, [])
+        record_event(
+            case=case,
+            action="cases.evidence.recorded",
+            actor=actor,
+            reason=evidence.summary,
+            detail={
+                "evidence_id": evidence.pk,
+                "source_system": evidence.source_system,
+                "external_reference": evidence.external_reference,
+            },
+        )
+    return evidence
+
+
+# --- people ------------------------------------------------------------------------------------
+
+
+def staff_set_away(*, user, away_until: dt.date | None, actor: Actor) -> None:
+    """Mark a person away until a date (inclusive); their cases fall to their backups."""
+    from cases.models import StaffProfile
+
+    if (
+        not isinstance(actor, Worker)
+        and actor.pk != user.pk
+        and not actor.has_perm("cases.lead_case")
+    ):
+        raise ActionNotPermitted(f"{actor_label(actor)} may not change {user}'s absence.")
+    StaffProfile.objects.update_or_create(user=user, defaults={"away_until": away_until})
+
+
+# --- cancellation ------------------------------------------------------------------------------
+
+
+def case_cancel_request(*, case: Case, actor: Actor, reason: str, via: str) -> Case:
+    """Record a request to cancel and honour it only as far as the evidence allows.
+
+    Before anything can have been sent, the case is cancelled at once (a claim racing this is
+    serialised by the row lock and the status check: exactly one wins). Once a worker may have
+    sent the change, the request is saved and the case is held for reconciliation: a
+    cancellation never hides a change that may already be applied.
+    """
+    from cases.models import CancellationRequest
+
+    if not reason.strip():
+        raise InvalidCaseInput("Give a reason.", fields={"reason": ["A reason is required."]})
+    with transaction.atomic():
+        case = lock_case(case)
+        _require(actor, "cases.work_case", case, "cancel the case")
+        if case.status in {Status.CANCELLED, Status.STOPPED}:
+            return case
+        request = CancellationRequest.objects.create(
+            case=case,
+            reason=reason.strip(),
+            via=via,
+            requested_by=_user_or_none(actor),
+            requested_by_label=actor_label(actor),
+        )
+        if case.status == Status.DONE:
+            request.outcome = CancellationRequest.Outcome.REFUSED
+            request.settled_at = timezone.now()
+            request.save(update_fields=["outcome", "settled_at"])
+            raise TransitionRejected(
+                f"{case.reference} is done: the change is applied. Reversing it is a new "
+                "proposal that needs its own approval.",
+                allowed=[],
+            )
+        if can_proceed(case.cancel):
+            apply_transition(
+                case,
+                "cancel",
+                actor=actor,
+                reason=reason.strip(),
+                detail={"cancellation_id": request.pk, "via": via},
+            )
+            request.outcome = CancellationRequest.Outcome.CANCELLED
+            request.settled_at = timezone.now()
+            request.save(update_fields=["outcome", "settled_at"])
+            return case
+        # Applying or held: the change may already be at the order system. The request is
+        # saved; a running attempt is asked to stop; the evidence decides the outcome.
+        from cases.models import Attempt
+
+        _bump_and_save(case, [])
+        record_event(
+            case=case,
+            action="cases.cancellation.requested",
+            actor=actor,
+            reason=reason.strip(),
+            detail={"cancellation_id": request.pk, "via": via, "status": case.status},
+        )
+        for attempt in case.attempts.filter(state=Attempt.State.RUNNING):
+            Attempt.objects.filter(pk=attempt.pk, state=Attempt.State.RUNNING).update(
+                state=Attempt.State.CANCEL_REQUESTED, cancel_requested_at=timezone.now()
+            )
+            record_event(
+                case=case,
+                action="cases.attempt.cancel_requested",
+                actor=actor,
+                reason=f"Cancellation requested for {attempt.reference}: it stops at its next "
+                "heartbeat; if it already sent the change, the evidence decides",
+                detail={"attempt": attempt.reference, "cancellation_id": request.pk},
+            )
+    return case
+
+
+def case_set_legal_hold(*, case: Case, actor: Actor, hold: bool, reason: str) -> Case:
+    """Place or lift a legal hold: while set, nothing of the case is purged."""
+    if not reason.strip():
+        raise InvalidCaseInput("Give a reason.", fields={"reason": ["A reason is required."]})
+    with transaction.atomic():
+        case = lock_case(case)
+        _require(actor, "cases.lead_case", case, "change the legal hold")
+        if case.legal_hold == hold:
+            return case
+        case.legal_hold = hold
+        _bump_and_save(case, ["legal_hold"])
+        record_event(
+            case=case,
+            action="cases.case.legal_hold_set" if hold else "cases.case.legal_hold_lifted",
+            actor=actor,
+            reason=reason.strip(),
+        )
+    return case

@@ -1,0 +1,123 @@
+"""``make run``: migrate, load the D-41 demo, start the web app, the worker cluster and the
+reference order system, print where they are, and stop them all cleanly on Ctrl-C.
+
+Ports: ``HOLDFAST_PORT`` (8000) and ``ORDER_SYSTEM_PORT`` (8100).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+PY = sys.executable
+
+
+def _run(*args: str, env: dict[str, str]) -> None:
+    subprocess.run([PY, *args], cwd=ROOT, env=env, check=True)
+
+
+def _wait_for(url: str, seconds: float = 30) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    return False
+
+
+def main() -> int:
+    host = "127.0.0.1"
+    web_port = int(os.environ.get("HOLDFAST_PORT", "8000"))
+    orders_port = int(os.environ.get("ORDER_SYSTEM_PORT", "8100"))
+    holdfast_url = f"http://{host}:{web_port}/"
+    orders_url = f"http://{host}:{orders_port}/"
+    env = {
+        **os.environ,
+        "ORDER_SYSTEM_URL": orders_url.rstrip("/"),
+        "ORDERS_WEBHOOK_URL": f"{holdfast_url}api/hooks/orders/",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.setdefault("ORDERS_FAULTS_ENABLED", "1")  # the demo and drills inject faults
+
+    print("Preparing databases and the D-41 demo…", flush=True)
+    _run("manage.py", "migrate", "--no-input", "-v", "0", env=env)
+    _run("-m", "orders", "migrate", "--no-input", "-v", "0", env=env)
+    _run("-m", "orders", "seed_demo", env=env)
+    _run("manage.py", "load_demo", env=env)
+    _run("manage.py", "recover_after_restore", "--if-restored", env=env)
+
+    # Each child in its own session: Ctrl-C reaches only this supervisor, which stops each
+    # child once with SIGTERM (django-q2 mishandles a second signal during shutdown).
+    spawn = {"cwd": ROOT, "env": env, "start_new_session": True}
+    children = {
+        "order system": subprocess.Popen(
+            [
+                PY,
+                "-m",
+                "orders",
+                "serve",
+                "--host",
+                host,
+                "--port",
+                str(orders_port),
+                "--no-migrate",
+            ],
+            **spawn,
+        ),
+        "web app": subprocess.Popen(
+            [PY, "manage.py", "runserver", f"{host}:{web_port}", "--noreload"], **spawn
+        ),
+        "worker cluster": subprocess.Popen([PY, "manage.py", "qcluster"], **spawn),
+    }
+
+    def stop(*_args) -> None:
+        for name, proc in children.items():
+            if proc.poll() is None:
+                print(f"Stopping the {name}…", flush=True)
+                proc.send_signal(signal.SIGTERM)  # the main PID only: see STACK-NOTES
+        for proc in children.values():
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        sys.exit(0)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+
+    ok = _wait_for(f"{orders_url}healthz") and _wait_for(f"{holdfast_url}admin/login/")
+    if ok:
+        # Verify the order system's safeguards before any worker is allowed to apply.
+        subprocess.run(
+            [PY, "manage.py", "probe_order_system", "--order", "ORD-PROBE"],
+            cwd=ROOT,
+            env=env,
+            check=False,
+        )
+    print("", flush=True)
+    print(f"Holdfast: {holdfast_url}")
+    print(f"Order system: {orders_url}")
+    print(f"API docs: {holdfast_url}api/docs/")
+    print("Logins above (password holdfast-demo). Ctrl-C stops everything.", flush=True)
+    if not ok:
+        print("Warning: a service did not answer in time; see its output above.", flush=True)
+    while True:
+        for name, proc in children.items():
+            if proc.poll() is not None:
+                print(f"The {name} exited with code {proc.returncode}; stopping.", flush=True)
+                stop()
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,247 @@
+"""Holdfast settings. Everything deployment-specific comes from the environment.
+
+``DJANGO_ENV=production`` selects the production profile (``DEBUG`` off, secure cookies, HSTS,
+a required ``SECRET_KEY``); anything else is development, where the embedded SQLite database and
+a development secret are allowed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import (
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_str,
+    env_url,
+    parse_database_url,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+DJANGO_ENV = env_str("DJANGO_ENV", "development")
+if DJANGO_ENV not in {"development", "production", "test"}:
+    raise ImproperlyConfigured(f"DJANGO_ENV={DJANGO_ENV!r}: use development, test or production.")
+PRODUCTION = DJANGO_ENV == "production"
+DEBUG = env_bool("DEBUG", not PRODUCTION)
+if PRODUCTION and DEBUG:
+    raise ImproperlyConfigured("DEBUG must be off when DJANGO_ENV=production.")
+
+
+def _secret(name: str, dev_default: str) -> str:
+    """A secret from the environment; a development default only while DEBUG is on."""
+    if DEBUG:
+        return env_str(name, dev_default)
+    return env_str(name)
+
+
+SECRET_KEY = _secret("SECRET_KEY", "django-insecure-holdfast-development-only-key-0123456789")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", [] if PRODUCTION else ["127.0.0.1", "localhost"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "django_fsm",
+    "django_q",
+    "cases",
+    "approvals",
+    "reconciliation",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+CONN_MAX_AGE = env_int("CONN_MAX_AGE", 600, minimum=0)
+DATABASES = {
+    "default": parse_database_url(
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'holdfast.sqlite3'}"),
+        conn_max_age=CONN_MAX_AGE,
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = Path(env_str("STATIC_ROOT", str(VAR_DIR / "static")))
+
+LOGIN_URL = "admin:login"
+
+# --- Email: customer notifications go through Django's email backend. -----------------------
+EMAIL_BACKEND = env_str(
+    "EMAIL_BACKEND",
+    "django.core.mail.backends.smtp.EmailBackend"
+    if PRODUCTION
+    else "django.core.mail.backends.console.EmailBackend",
+)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "holdfast@localhost")
+
+# --- REST API ----------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "cases.api_errors.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Holdfast API",
+    "DESCRIPTION": "Cases that outlive the worker that started them.",
+    "VERSION": "0.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "ENUM_NAME_OVERRIDES": {
+        "CaseStatusEnum": "cases.models.Status",
+        "ProposalStatusEnum": "approvals.models.Proposal.Status",
+    },
+}
+
+# --- The order system --------------------------------------------------------------------
+ORDER_SYSTEM_URL = env_url("ORDER_SYSTEM_URL", "http://127.0.0.1:8100")
+# Seconds. httpx is told each one explicitly; the client never retries (see reconciliation).
+ORDER_SYSTEM_TIMEOUTS = {
+    "connect": env_float("ORDER_SYSTEM_CONNECT_TIMEOUT", 3.0, minimum=0.1),
+    "read": env_float("ORDER_SYSTEM_READ_TIMEOUT", 10.0, minimum=0.1),
+    "write": env_float("ORDER_SYSTEM_WRITE_TIMEOUT", 10.0, minimum=0.1),
+    "pool": env_float("ORDER_SYSTEM_POOL_TIMEOUT", 3.0, minimum=0.1),
+}
+# Shared with the order system: it verifies the approval grants Holdfast signs.
+APPROVAL_GRANT_KEY = _secret("APPROVAL_GRANT_KEY", "dev-approval-grant-key")
+# Shared with the order system: it signs the webhooks Holdfast receives.
+ORDER_WEBHOOK_SECRET = _secret("ORDER_WEBHOOK_SECRET", "dev-webhook-secret")
+
+# --- Case policy ---------------------------------------------------------------------------
+CASE_RETENTION_DAYS = env_int("CASE_RETENTION_DAYS", 365, minimum=1)
+CASE_REFERENCE_PREFIX = env_str("CASE_REFERENCE_PREFIX", "D")
+
+# --- django-q2 -----------------------------------------------------------------------------
+# One retry layer: Holdfast's services decide about retries. django-q2 must neither re-deliver
+# a running task (retry > timeout) nor retry a failed one by itself (max_attempts=1).
+REDIS_URL = env_str("REDIS_URL", "")
+Q_CLUSTER = {
+    "name": "holdfast",
+    "workers": env_int("Q_WORKERS", 2, minimum=1),
+    "timeout": env_int("Q_TIMEOUT", 60, minimum=1),
+    "retry": env_int("Q_RETRY", 120, minimum=2),
+    "max_attempts": 1,
+    "ack_failures": True,
+    # save_limit=-1 stores no success rows: the default (250) locks and trims the success table
+    # on every task, which measured about 3x slower (0 would keep every row forever). Failed
+    # tasks are always kept; the outcome of each task is in the case's own audit trail.
+    "save_limit": -1,
+    "catch_up": False,
+    "poll": 1,
+    "label": "Worker tasks",
+}
+if REDIS_URL:
+    Q_CLUSTER["redis"] = REDIS_URL
+else:
+    Q_CLUSTER["orm"] = "default"
+if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
+    raise ImproperlyConfigured("Q_RETRY must exceed Q_TIMEOUT (no concurrent re-delivery).")
+
+# --- Logging -------------------------------------------------------------------------------
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}
+
+# --- Production hardening (manage.py check --deploy stays clean) ---------------------------
+if PRODUCTION:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+    X_FRAME_OPTIONS = "DENY"
+    if not ALLOWED_HOSTS:
+        raise ImproperlyConfigured("Set ALLOWED_HOSTS when DJANGO_ENV=production.")
+
+# --- Approval policy -----------------------------------------------------------------------
+APPROVAL_DEFAULT_MINUTES = env_int("APPROVAL_DEFAULT_MINUTES", 240, minimum=1)
+APPROVAL_MAX_MINUTES = env_int("APPROVAL_MAX_MINUTES", 24 * 60, minimum=1)
+if APPROVAL_MAX_MINUTES < APPROVAL_DEFAULT_MINUTES:
+    raise ImproperlyConfigured("APPROVAL_MAX_MINUTES must not be below APPROVAL_DEFAULT_MINUTES.")
+
+# --- Retries: one bounded policy, scheduled through the case's next check time -------------
+RETRY_BASE_SECONDS = env_float("RETRY_BASE_SECONDS", 5.0, minimum=0.0)
+RETRY_MAX_SECONDS = env_float("RETRY_MAX_SECONDS", 600.0, minimum=1.0)
+RETRY_JITTER = env_float("RETRY_JITTER", 0.2, minimum=0.0)
+DISPATCH_LEASE_SECONDS = env_int("DISPATCH_LEASE_SECONDS", 120, minimum=5)
+
+# --- Leases per kind of work: how long a claim lasts without a heartbeat -------------------
+LEASES = {
+    "apply": {
+        "lease_seconds": env_float("APPLY_LEASE_SECONDS", 60.0, minimum=0.5),
+        "heartbeat_seconds": env_float("APPLY_HEARTBEAT_SECONDS", 15.0, minimum=0.1),
+    },
+    "reconcile": {
+        "lease_seconds": env_float("RECONCILE_LEASE_SECONDS", 120.0, minimum=0.5),
+        "heartbeat_seconds": env_float("RECONCILE_HEARTBEAT_SECONDS", 30.0, minimum=0.1),
+    },
+}
+for _kind, _lease in LEASES.items():
+    if _lease["heartbeat_seconds"] >= _lease["lease_seconds"]:
+        raise ImproperlyConfigured(f"{_kind}: the heartbeat must come before the lease runs out.")
+ATTEMPT_LIMIT = env_int("ATTEMPT_LIMIT", 5, minimum=1)
+# After a hold, how soon reconciliation looks first.
+HOLD_FIRST_CHECK_SECONDS = env_float("HOLD_FIRST_CHECK_SECONDS", 30.0, minimum=0.0)
+# Where this host remembers the database epoch it last saw (restore detection).
+HOLDFAST_STATE_DIR = env_str("HOLDFAST_STATE_DIR", str(VAR_DIR))

@@ -1,0 +1,109 @@
+"""Fault injection for tests, demos and drills (only when ``ORDERS_FAULTS_ENABLED``).
+
+Rules live in the database because the server is multi-threaded and tests steer it over HTTP.
+A rule matches a request whose path starts with its ``path_prefix``; each match counts down
+``remaining`` (``None``: until cleared). The commit-related kinds match only writes (POST).
+Control paths (``/_faults/``, ``/_testing/``) and ``/healthz`` are never faulted.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db.models import F, Q
+
+from orders.exceptions import invalid
+from orders.models import FaultRule
+
+Kind = FaultRule.Kind
+WRITE_ONLY_KINDS = {Kind.DROP_AFTER_COMMIT, Kind.DELAY_AFTER_COMMIT, Kind.FAIL_BEFORE_COMMIT}
+SECONDS_KINDS = {Kind.DELAY_AFTER_COMMIT, Kind.LATENCY, Kind.SEARCH_LAG}
+
+
+def faults_enabled() -> bool:
+    return bool(settings.ORDERS_FAULTS_ENABLED)
+
+
+def fault_add(
+    *,
+    kind: str,
+    path_prefix: str = "/",
+    times: int | None = 1,
+    seconds: float = 0.0,
+    retry_after: int | None = None,
+) -> FaultRule:
+    fields = {}
+    if kind not in Kind.values or kind == Kind.SEARCH_LAG:
+        fields["kind"] = "Unknown fault kind (search lag has its own endpoint)."
+    if not isinstance(path_prefix, str) or not path_prefix.startswith("/"):
+        fields["path_prefix"] = "Must be a path starting with '/'."
+    if times is not None and (isinstance(times, bool) or not isinstance(times, int) or times < 1):
+        fields["times"] = "Must be a positive integer, or null for until cleared."
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+        fields["seconds"] = "Must be a non-negative number."
+    elif kind in SECONDS_KINDS and seconds <= 0:
+        fields["seconds"] = "This kind needs a positive number of seconds."
+    if retry_after is not None and (
+        isinstance(retry_after, bool) or not isinstance(retry_after, int) or retry_after < 0
+    ):
+        fields["retry_after"] = "Must be a non-negative integer."
+    if fields:
+        raise invalid(fields)
+    return FaultRule.objects.create(
+        kind=kind,
+        path_prefix=path_prefix,
+        remaining=times,
+        seconds=float(seconds),
+        retry_after=retry_after,
+    )
+
+
+def search_lag_set(*, seconds: float) -> FaultRule:
+    """Replace the search lag applied to operations applied from now on."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+        raise invalid({"seconds": "Must be a non-negative number."})
+    FaultRule.objects.filter(kind=Kind.SEARCH_LAG).delete()
+    return FaultRule.objects.create(kind=Kind.SEARCH_LAG, seconds=float(seconds), remaining=None)
+
+
+def search_lag_seconds() -> float:
+    """The lag of the search index: an injected one if set, else ``ORDERS_SEARCH_LAG_SECONDS``."""
+    if faults_enabled():
+        rule = FaultRule.objects.filter(kind=Kind.SEARCH_LAG).order_by("-id").first()
+        if rule is not None:
+            return rule.seconds
+    return float(settings.ORDERS_SEARCH_LAG_SECONDS)
+
+
+def faults_list() -> list[FaultRule]:
+    return list(FaultRule.objects.all())
+
+
+def faults_clear() -> None:
+    FaultRule.objects.all().delete()
+
+
+def is_faultable(path: str) -> bool:
+    return not (path.startswith("/_") or path == "/healthz")
+
+
+def fault_take(kind: str, *, path: str, method: str) -> FaultRule | None:
+    """Consume one use of the oldest live rule of ``kind`` matching this request, if any.
+
+    The count-down is a conditional update, so concurrent requests never share one use.
+    """
+    if not faults_enabled() or not is_faultable(path):
+        return None
+    if kind in WRITE_ONLY_KINDS and method != "POST":
+        return None
+    live = FaultRule.objects.filter(Q(remaining__isnull=True) | Q(remaining__gt=0), kind=kind)
+    for rule in live:
+        if not path.startswith(rule.path_prefix):
+            continue
+        if rule.remaining is None:
+            return rule
+        taken = FaultRule.objects.filter(pk=rule.pk, remaining__gt=0).update(
+            remaining=F("remaining") - 1
+        )
+        if taken:
+            return rule
+    return None

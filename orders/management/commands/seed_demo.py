@@ -1,0 +1,15 @@
+from django.core.management.base import BaseCommand
+from django.utils import timezone
+
+from orders.services import demo_seed
+
+
+class Command(BaseCommand):
+    help = "Create the demo data (ACC-100, ORD-7731, ORD-PROBE, 28 days of slots) if missing."
+
+    def handle(self, *args, **options) -> None:
+        demo_seed(today=timezone.localdate())
+        self.stdout.write(
+            "Demo data present: account ACC-100, order ORD-7731, sandbox order ORD-PROBE, "
+            "slots for 28 days."
+        )

@@ -1,0 +1,74 @@
+"""Applies injected faults around the views (see ``orders.faults``)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import time
+
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from orders.faults import fault_take, faults_enabled, is_faultable
+from orders.models import FaultRule
+
+logger = logging.getLogger(__name__)
+Kind = FaultRule.Kind
+
+
+class _RollBack(Exception):
+    pass
+
+
+def unavailable(detail: str, retry_after: int | None = None) -> JsonResponse:
+    response = JsonResponse({"error": "unavailable", "detail": detail}, status=503)
+    if retry_after is not None:
+        response["Retry-After"] = str(retry_after)
+    return response
+
+
+class FaultInjectionMiddleware:
+    """``latency`` and ``unavailable`` before the view; ``fail_before_commit`` runs the view
+    in an outer transaction that is rolled back; ``delay_after_commit`` and
+    ``drop_after_commit`` act once the view's transaction has committed."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        path = request.path_info
+        if not faults_enabled() or not is_faultable(path):
+            return self.get_response(request)
+        method = request.method or "GET"
+
+        if rule := fault_take(Kind.LATENCY, path=path, method=method):
+            time.sleep(rule.seconds)
+        if rule := fault_take(Kind.UNAVAILABLE, path=path, method=method):
+            return unavailable("Injected fault: unavailable.", rule.retry_after)
+        if rule := fault_take(Kind.FAIL_BEFORE_COMMIT, path=path, method=method):
+            try:
+                with transaction.atomic():
+                    self.get_response(request)
+                    raise _RollBack
+            except _RollBack:
+                pass
+            return unavailable("Injected fault: failed before commit.", rule.retry_after)
+
+        response = self.get_response(request)
+
+        if rule := fault_take(Kind.DELAY_AFTER_COMMIT, path=path, method=method):
+            time.sleep(rule.seconds)
+        if fault_take(Kind.DROP_AFTER_COMMIT, path=path, method=method):
+            self._drop(request)
+        return response
+
+    @staticmethod
+    def _drop(request: HttpRequest) -> None:
+        """Close the client's TCP connection; the server swallows the failed write."""
+        sock = request.META.get("orders.socket")
+        if sock is None:
+            logger.warning("drop_after_commit needs the bundled server (orders.server).")
+            return
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)

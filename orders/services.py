@@ -1,0 +1,444 @@
+"""The order system's business rules: the only code that changes orders, slots and fences.
+
+``operation_apply`` is the receiving contract's heart. It locks the order row and, in the one
+transaction that would apply the change, checks in this order: the operation key (replay or
+``key_reused``), the fencing token against the order's fence, the approval grant, the expected
+order version, the account's access and the slot's capacity. Every refusal raises ``Refused``
+before anything is written, so a refusal changes nothing -- not even the fence. A successful
+apply raises the fence to the token used, moves the slot, bumps the version, records the
+operation with its first answer and writes the outbox event, all in that transaction.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from orders.exceptions import Refused, invalid
+from orders.faults import search_lag_seconds
+from orders.grants import grant_verify
+from orders.models import Account, AppliedOperation, FaultRule, Order, OutboxEvent, Slot
+
+MAX_KEY_LENGTH = 200
+
+
+def isoformat_z(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _canonical(data: dict) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def _parse_date(value: object) -> date | None:
+    """A date only from its exact ``YYYY-MM-DD`` spelling."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = date.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.isoformat() == value else None
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class OperationRequest:
+    order_id: str
+    operation_key: str
+    delivery_date: date
+    expected_version: int
+    fencing_token: int
+    approval_grant: str
+
+    @property
+    def change(self) -> dict:
+        return {"delivery_date": self.delivery_date.isoformat()}
+
+    @property
+    def body_hash(self) -> str:
+        """The hash of the operation's intent: order, key, exact change and expected version.
+
+        The fencing token and the grant identify the attempt and its authority, not the
+        operation, so a later attempt that resends the same operation gets the first result.
+        """
+        intent = {
+            "order_id": self.order_id,
+            "operation_key": self.operation_key,
+            "change": self.change,
+            "expected_version": self.expected_version,
+        }
+        return hashlib.sha256(_canonical(intent).encode("utf-8")).hexdigest()
+
+
+def operation_request_parse(*, order_id: str, body: object) -> OperationRequest:
+    """A well-formed request, or ``Refused`` ``invalid_field`` naming every bad field."""
+    if not isinstance(body, dict):
+        raise invalid({"body": "Must be a JSON object."})
+    fields: dict[str, str] = {}
+    key = body.get("operation_key")
+    if not isinstance(key, str) or not key.strip() or len(key) > MAX_KEY_LENGTH:
+        fields["operation_key"] = f"Must be a non-empty string of at most {MAX_KEY_LENGTH}."
+    change = body.get("change")
+    delivery_date = None
+    if not isinstance(change, dict) or set(change) != {"delivery_date"}:
+        fields["change"] = "Must be an object with exactly one field, delivery_date."
+    else:
+        delivery_date = _parse_date(change["delivery_date"])
+        if delivery_date is None:
+            fields["change.delivery_date"] = "Must be a date written YYYY-MM-DD."
+    expected_version = body.get("expected_version")
+    if not _is_int(expected_version) or expected_version < 1:
+        fields["expected_version"] = "Must be a positive integer."
+    token = body.get("fencing_token")
+    if not _is_int(token) or token < 0:
+        fields["fencing_token"] = "Must be a non-negative integer."  # noqa: S105
+    grant = body.get("approval_grant")
+    if not isinstance(grant, str) or not grant:
+        fields["approval_grant"] = "Must be a non-empty string."
+    if fields:
+        raise invalid(fields)
+    return OperationRequest(
+        order_id=order_id,
+        operation_key=key,
+        delivery_date=delivery_date,
+        expected_version=expected_version,
+        fencing_token=token,
+        approval_grant=grant,
+    )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: int
+    body: dict
+
+
+def _unknown_order(order_id: str) -> Refused:
+    return Refused(404, "unknown_order", f"There is no order {order_id}.")
+
+
+def _lock_order(order_id: str) -> Order:
+    order = (
+        Order.objects.select_for_update(of=("self",))
+        .select_related("account")
+        .filter(pk=order_id)
+        .first()
+    )
+    if order is None:
+        raise _unknown_order(order_id)
+    return order
+
+
+def operation_apply(*, request: OperationRequest) -> Outcome:
+    """Apply one operation exactly once, or refuse it having changed nothing (see module doc).
+
+    ``201`` for the first apply, ``200`` with ``replayed: true`` for the same key and intent.
+    """
+    try:
+        with transaction.atomic():
+            return _operation_apply_locked(request)
+    except IntegrityError:
+        # Only a key first used on another order can collide here (same-order requests are
+        # serialised by the row lock); that is a reuse of the key for another body.
+        if AppliedOperation.objects.filter(operation_key=request.operation_key).exists():
+            raise _key_reused(request.operation_key) from None
+        raise
+
+
+def _key_reused(key: str) -> Refused:
+    return Refused(422, "key_reused", f"Operation key {key} was already used for another body.")
+
+
+def _operation_apply_locked(request: OperationRequest) -> Outcome:
+    now = timezone.now()
+    order = _lock_order(request.order_id)
+    idempotent = not settings.ORDERS_DISABLE_IDEMPOTENCY
+    fencing = not settings.ORDERS_DISABLE_FENCING
+
+    if idempotent:
+        existing = AppliedOperation.objects.filter(operation_key=request.operation_key).first()
+        if existing is not None:
+            if existing.body_hash != request.body_hash:
+                raise _key_reused(request.operation_key)
+            return Outcome(200, {**existing.result, "replayed": True})
+
+    if fencing and request.fencing_token < order.fence_token:
+        raise Refused(
+            409,
+            "stale_fencing_token",
+            f"Fencing token {request.fencing_token} is below this order's fence "
+            f"({order.fence_token}).",
+        )
+    grant = grant_verify(
+        request.approval_grant,
+        key=settings.APPROVAL_GRANT_KEY,
+        operation_key=request.operation_key,
+        order_id=request.order_id,
+        change=request.change,
+        now=now,
+    )
+    if request.expected_version != order.version:
+        raise Refused(
+            409,
+            "version_conflict",
+            f"Expected order version {request.expected_version}, it is {order.version}.",
+        )
+    if not order.account.access_active:
+        raise Refused(
+            403, "permission_revoked", f"Account {order.account_id} no longer has access."
+        )
+    old_date = order.delivery_date
+    if request.delivery_date != old_date:
+        taken = Slot.objects.filter(date=request.delivery_date, taken__lt=F("capacity")).update(
+            taken=F("taken") + 1
+        )
+        if not taken:
+            raise Refused(
+                409, "slot_unavailable", f"No delivery slot is free on {request.delivery_date}."
+            )
+        Slot.objects.filter(date=old_date, taken__gt=0).update(taken=F("taken") - 1)
+
+    if fencing:
+        order.fence_token = max(order.fence_token, request.fencing_token)
+    order.delivery_date = request.delivery_date
+    order.version += 1
+    order.save(update_fields=["fence_token", "delivery_date", "version"])
+
+    result = {
+        "operation_key": request.operation_key,
+        "status": "applied",
+        "order_version": order.version,
+    }
+    if idempotent:
+        AppliedOperation.objects.create(
+            operation_key=request.operation_key,
+            order=order,
+            body_hash=request.body_hash,
+            change=request.change,
+            order_version=order.version,
+            fencing_token=request.fencing_token,
+            approval_id=grant.approval_id,
+            result=result,
+            created_at=now,
+            searchable_at=now + timedelta(seconds=search_lag_seconds()),
+        )
+    _event_record(order, now=now)
+    return Outcome(201, result)
+
+
+def _event_record(order: Order, *, now: datetime) -> OutboxEvent:
+    event_id = str(uuid.uuid4())
+    payload = {
+        "event_id": event_id,
+        "type": "order.updated",
+        "order_id": order.order_id,
+        "order_version": order.version,
+        "occurred_at": isoformat_z(now),
+    }
+    return OutboxEvent.objects.create(
+        event_id=event_id,
+        order_id=order.order_id,
+        order_version=order.version,
+        occurred_at=now,
+        payload=payload,
+        next_attempt_at=now,
+    )
+
+
+def fence_raise(*, order_id: str, body: object) -> dict:
+    """Raise the order's fence to ``fencing_token`` without changing the order.
+
+    Equal tokens are accepted (idempotent); a token below the fence is ``stale_fencing_token``
+    and changes nothing. The answer's ``min_token`` is the fence after the call.
+    """
+    token = body.get("fencing_token") if isinstance(body, dict) else None
+    if not _is_int(token) or token < 0:
+        raise invalid({"fencing_token": "Must be a non-negative integer."})
+    with transaction.atomic():
+        order = _lock_order(order_id)
+        if settings.ORDERS_DISABLE_FENCING:
+            return {"order_id": order_id, "min_token": token}
+        if token < order.fence_token:
+            raise Refused(
+                409,
+                "stale_fencing_token",
+                f"Fencing token {token} is below this order's fence ({order.fence_token}).",
+            )
+        if token > order.fence_token:
+            order.fence_token = token
+            order.save(update_fields=["fence_token"])
+        return {"order_id": order_id, "min_token": order.fence_token}
+
+
+def order_get(*, order_id: str) -> Order:
+    order = Order.objects.filter(pk=order_id).first()
+    if order is None:
+        raise _unknown_order(order_id)
+    return order
+
+
+def slot_get(*, day: str) -> dict:
+    """The slot for a date; a date without a slot row has capacity 0 (nothing can move there)."""
+    parsed = _parse_date(day)
+    if parsed is None:
+        raise invalid({"date": "Must be a date written YYYY-MM-DD."})
+    slot = Slot.objects.filter(date=parsed).first()
+    return slot.as_json() if slot else {"date": parsed.isoformat(), "capacity": 0, "taken": 0}
+
+
+def _unknown_operation(key: str) -> Refused:
+    return Refused(404, "unknown_operation", f"No operation {key} has been applied.")
+
+
+def operation_get(*, operation_key: str) -> AppliedOperation:
+    """The consistent lookup: an applied operation is visible as soon as it commits."""
+    operation = AppliedOperation.objects.filter(operation_key=operation_key).first()
+    if operation is None:
+        raise _unknown_operation(operation_key)
+    return operation
+
+
+def operation_search(*, operation_key: str) -> AppliedOperation:
+    """The lagging index: an operation shows only once its ``searchable_at`` has passed.
+
+    A 404 here is never proof that the operation did not happen.
+    """
+    operation = AppliedOperation.objects.filter(
+        operation_key=operation_key, searchable_at__lte=timezone.now()
+    ).first()
+    if operation is None:
+        raise _unknown_operation(operation_key)
+    return operation
+
+
+# --- Test and demo data (the /_testing/ endpoints are gated like the faults) ---------------
+
+
+def testing_reset() -> None:
+    """Delete every row this system holds."""
+    with transaction.atomic():
+        OutboxEvent.objects.all().delete()
+        AppliedOperation.objects.all().delete()
+        Order.objects.all().delete()
+        Account.objects.all().delete()
+        Slot.objects.all().delete()
+        FaultRule.objects.all().delete()
+
+
+def testing_seed(*, data: object) -> dict:
+    """Upsert ``{"accounts": [...], "orders": [...], "slots": [...]}`` (each list optional)."""
+    if not isinstance(data, dict):
+        raise invalid({"body": "Must be a JSON object."})
+    try:
+        with transaction.atomic():
+            for item in data.get("accounts", []):
+                Account.objects.update_or_create(
+                    account_id=item["account_id"],
+                    defaults={
+                        "name": item.get("name", item["account_id"]),
+                        "access_active": bool(item.get("access_active", True)),
+                    },
+                )
+            for item in data.get("orders", []):
+                defaults = {
+                    "account_id": item["account_id"],
+                    "delivery_date": _required_date(item["delivery_date"]),
+                }
+                if "version" in item:
+                    defaults["version"] = int(item["version"])
+                Order.objects.update_or_create(order_id=item["order_id"], defaults=defaults)
+            for item in data.get("slots", []):
+                defaults = {"capacity": int(item["capacity"])}
+                if "taken" in item:
+                    defaults["taken"] = int(item["taken"])
+                Slot.objects.update_or_create(date=_required_date(item["date"]), defaults=defaults)
+    except (KeyError, TypeError, ValueError, IntegrityError) as error:
+        raise invalid({"body": f"Cannot seed: {error!r}"}) from None
+    return {
+        "accounts": Account.objects.count(),
+        "orders": Order.objects.count(),
+        "slots": Slot.objects.count(),
+    }
+
+
+def _required_date(value: object) -> date:
+    parsed = _parse_date(value)
+    if parsed is None:
+        raise ValueError(f"{value!r} is not a YYYY-MM-DD date")
+    return parsed
+
+
+def demo_seed(*, today: date) -> None:
+    """The demo's data, created only where missing (running it again changes nothing)."""
+    with transaction.atomic():
+        account, _ = Account.objects.get_or_create(
+            account_id="ACC-100", defaults={"name": "Northwind Bakery", "access_active": True}
+        )
+        delivery = today + timedelta(days=3)
+        for offset in range(1, 29):
+            day = today + timedelta(days=offset)
+            Slot.objects.get_or_create(date=day, defaults={"capacity": 5})
+        _, created = Order.objects.get_or_create(
+            order_id="ORD-7731",
+            defaults={"account": account, "delivery_date": delivery, "version": 1},
+        )
+        if created:
+            Slot.objects.filter(date=delivery, taken__lt=F("capacity")).update(taken=F("taken") + 1)
+        # A sandbox order the operator names to Holdfast's capability probe.
+        probe_account, _ = Account.objects.get_or_create(
+            account_id="ACC-PROBE", defaults={"name": "Probe sandbox", "access_active": True}
+        )
+        Order.objects.get_or_create(
+            order_id="ORD-PROBE",
+            defaults={
+                "account": probe_account,
+                "delivery_date": today + timedelta(days=27),
+                "version": 1,
+            },
+        )
+
+
+def account_set_access(*, account_id: str, active: bool) -> Account:
+    updated = Account.objects.filter(pk=account_id).update(access_active=active)
+    if not updated:
+        raise Refused(404, "unknown_account", f"There is no account {account_id}.")
+    return Account.objects.get(pk=account_id)
+
+
+def outbox_events() -> list[OutboxEvent]:
+    return list(OutboxEvent.objects.all())
+
+
+def order_state(*, order_id: str) -> dict:
+    """Everything a test needs to assert what one order went through."""
+    order = order_get(order_id=order_id)
+    return {
+        "order": order.as_json(),
+        "fence_token": order.fence_token,
+        "access_active": order.account.access_active,
+        "operations": [
+            {
+                **operation.as_json(),
+                "fencing_token": operation.fencing_token,
+                "approval_id": operation.approval_id,
+                "result": operation.result,
+                "created_at": isoformat_z(operation.created_at),
+                "searchable_at": isoformat_z(operation.searchable_at),
+            }
+            for operation in order.operations.all()
+        ],
+        "events": [event.as_json() for event in OutboxEvent.objects.filter(order_id=order_id)],
+        "slots": [slot.as_json() for slot in Slot.objects.all()],
+    }

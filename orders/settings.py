@@ -1,0 +1,104 @@
+"""Standalone settings for the reference order system process.
+
+Only the env helpers of ``config.env`` are shared with Holdfast; everything else here belongs to
+the order system. Holdfast's own settings never list the ``orders`` app.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import (
+    env_bool,
+    env_float,
+    env_list,
+    env_str,
+    env_url,
+    parse_database_url,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+PRODUCTION = env_str("DJANGO_ENV", "development") == "production"
+DEBUG = env_bool("ORDERS_DEBUG", not PRODUCTION)
+
+
+def _secret(name: str, dev_default: str) -> str:
+    """A secret from the environment; the development default is allowed only with debug on."""
+    if DEBUG:
+        return env_str(name, dev_default)
+    value = env_str(name)
+    if not value:
+        raise ImproperlyConfigured(f"{name} must not be empty when ORDERS_DEBUG is off.")
+    return value
+
+
+SECRET_KEY = _secret("SECRET_KEY", "dev-insecure-orders-secret-key")
+# Shared with Holdfast: it signs approval grants, this system verifies them.
+APPROVAL_GRANT_KEY = _secret("APPROVAL_GRANT_KEY", "dev-approval-grant-key")
+# Signs outgoing webhooks (X-Orders-Signature: sha256=<hex>).
+ORDER_WEBHOOK_SECRET = _secret("ORDER_WEBHOOK_SECRET", "dev-webhook-secret")
+
+# Holdfast's hook; an empty value disables delivery (events stay in the outbox). The trailing
+# slash is kept: Holdfast's route ends with one.
+ORDERS_WEBHOOK_URL = env_str(
+    "ORDERS_WEBHOOK_URL", "http://127.0.0.1:8000/api/hooks/orders/"
+).strip()
+if ORDERS_WEBHOOK_URL:
+    env_url("ORDERS_WEBHOOK_URL", ORDERS_WEBHOOK_URL)  # validates the scheme and host
+ORDERS_WEBHOOK_TIMEOUT_SECONDS = env_float("ORDERS_WEBHOOK_TIMEOUT_SECONDS", 5.0, minimum=0.1)
+ORDERS_WEBHOOK_BACKOFF_SECONDS = env_float("ORDERS_WEBHOOK_BACKOFF_SECONDS", 1.0, minimum=0.0)
+ORDERS_WEBHOOK_BACKOFF_CAP_SECONDS = env_float(
+    "ORDERS_WEBHOOK_BACKOFF_CAP_SECONDS", 60.0, minimum=0.0
+)
+ORDERS_DELIVERY_POLL_SECONDS = env_float("ORDERS_DELIVERY_POLL_SECONDS", 0.5, minimum=0.05)
+
+# Fault injection and the /_testing/ endpoints: 404 unless enabled. Never enable in production.
+ORDERS_FAULTS_ENABLED = env_bool("ORDERS_FAULTS_ENABLED", False)
+ORDERS_SEARCH_LAG_SECONDS = env_float("ORDERS_SEARCH_LAG_SECONDS", 0.0, minimum=0.0)
+
+# Crippled modes: the system keeps claiming these capabilities in /capabilities but does not
+# honour them, so that Holdfast's probe can be shown to catch a system that lies.
+ORDERS_DISABLE_FENCING = env_bool("ORDERS_DISABLE_FENCING", False)
+ORDERS_DISABLE_IDEMPOTENCY = env_bool("ORDERS_DISABLE_IDEMPOTENCY", False)
+
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", *env_list("ORDERS_ALLOWED_HOSTS", [])]
+
+INSTALLED_APPS = [
+    "django.contrib.contenttypes",
+    "orders",
+]
+
+MIDDLEWARE = [
+    "orders.middleware.FaultInjectionMiddleware",
+]
+
+ROOT_URLCONF = "orders.urls"
+WSGI_APPLICATION = None
+
+DATABASES = {
+    "default": parse_database_url(
+        env_str("ORDERS_DATABASE_URL", f"sqlite:///{BASE_DIR / 'var' / 'orders.sqlite3'}")
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+USE_TZ = True
+TIME_ZONE = "UTC"
+USE_I18N = False
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        # Refusals are answers, not incidents: no warning line per 4xx.
+        "django.request": {"handlers": ["console"], "level": "ERROR", "propagate": False},
+        "orders": {
+            "handlers": ["console"],
+            "level": env_str("ORDERS_LOG_LEVEL", "WARNING").upper(),
+        },
+    },
+}

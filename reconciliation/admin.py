@@ -1,0 +1,233 @@
+"""Admin for order-system profiles: read-only history, and a "Run probe" button that calls the
+probe service (the same code path as ``manage.py probe_order_system``)."""
+
+from __future__ import annotations
+
+import json
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
+
+from reconciliation.models import CAPABILITIES, OrderSystemProfile
+from reconciliation.probe import order_system_probe
+
+RUN_PROBE_PERMISSION = "reconciliation.run_probe"
+
+
+class RunProbeForm(forms.Form):
+    sandbox_order_id = forms.CharField(
+        max_length=100,
+        label="Sandbox order id",
+        help_text="An order reserved for probing. The probe moves its delivery date.",
+    )
+
+
+def may_run_probe(user) -> bool:
+    return bool(user.is_active and (user.is_superuser or user.has_perm(RUN_PROBE_PERMISSION)))
+
+
+@admin.register(OrderSystemProfile)
+class OrderSystemProfileAdmin(admin.ModelAdmin):
+    list_display = (
+        "probed_at",
+        "base_url",
+        "autonomy",
+        "probed_by_name",
+        "reachable",
+        *CAPABILITIES,
+    )
+    list_filter = ("autonomy", "base_url")
+    date_hierarchy = "probed_at"
+    change_list_template = "admin/reconciliation/ordersystemprofile/change_list.html"
+    fieldsets = (
+        (None, {"fields": ("base_url", "sandbox_order_id", "probed_at", "probed_by_name")}),
+        ("Autonomy", {"fields": ("autonomy", "autonomy_reason", "reachable")}),
+        ("Verified capabilities", {"fields": (*CAPABILITIES, "claimed_display")}),
+        ("Evidence", {"fields": ("evidence_display",)}),
+    )
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description="Claimed by /capabilities")
+    def claimed_display(self, obj: OrderSystemProfile):
+        return format_html("<pre>{}</pre>", json.dumps(obj.claimed, indent=2, sort_keys=True))
+
+    @admin.display(description="Evidence")
+    def evidence_display(self, obj: OrderSystemProfile):
+        sections = []
+        for name in CAPABILITIES:
+            check = obj.evidence.get(name) or {}
+            steps = format_html_join(
+                "",
+                "<li><code>{}</code> → {} {} <small>({} ms)</small>{}</li>",
+                (
+                    (
+                        step.get("request", ""),
+                        step.get("status") or "no answer",
+                        step.get("error") or "",
+                        step.get("ms", ""),
+                        f" — {step['detail']}" if step.get("detail") else "",
+                    )
+                    for step in check.get("steps", [])
+                ),
+            )
+            sections.append(
+                format_html(
+                    "<h4>{} {}</h4><p>{}</p><ul>{}</ul>",
+                    "✓" if check.get("verified") else "✗",
+                    name,
+                    check.get("summary", ""),
+                    steps,
+                )
+            )
+        setup = json.dumps(obj.evidence.get("setup", []), indent=2)
+        return format_html(
+            "{}<details><summary>Setup requests</summary><pre>{}</pre></details>",
+            format_html_join("", "{}", ((s,) for s in sections)),
+            setup,
+        )
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields] + ["claimed_display", "evidence_display"]
+
+    def get_urls(self):
+        urls = super().get_urls()
+        custom = [
+            path(
+                "run-probe/",
+                self.admin_site.admin_view(self.run_probe_view),
+                name="reconciliation_ordersystemprofile_run_probe",
+            )
+        ]
+        return custom + urls
+
+    def changelist_view(self, request, extra_context=None):
+        extra_context = {**(extra_context or {}), "may_run_probe": may_run_probe(request.user)}
+        return super().changelist_view(request, extra_context)
+
+    def run_probe_view(self, request):
+        if not may_run_probe(request.user):
+            raise PermissionDenied
+        if request.method == "POST":
+            form = RunProbeForm(request.POST)
+            if form.is_valid():
+                profile = order_system_probe(
+                    sandbox_order_id=form.cleaned_data["sandbox_order_id"], actor=request.user
+                )
+                level = messages.SUCCESS if profile.reachable else messages.ERROR
+                self.message_user(
+                    request,
+                    f"Probe recorded: {profile.get_autonomy_display()}. {profile.reason}",
+                    level,
+                )
+                return redirect(
+                    reverse("admin:reconciliation_ordersystemprofile_change", args=[profile.pk])
+                )
+        else:
+            form = RunProbeForm()
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Run the order-system probe",
+            "form": form,
+        }
+        return TemplateResponse(
+            request, "admin/reconciliation/ordersystemprofile/run_probe.html", context
+        )
+
+
+# --- Inbound order events -----------------------------------------------------------------------
+
+from reconciliation.inbound import inbound_event_process  # noqa: E402
+from reconciliation.models import InboundEvent  # noqa: E402
+
+LEAD_PERMISSION = "cases.lead_case"
+
+
+def may_see_inbound_events(user) -> bool:
+    """Superusers and leads: the receipts carry order ids across every team."""
+    return bool(user.is_active and (user.is_superuser or user.has_perm(LEAD_PERMISSION)))
+
+
+@admin.register(InboundEvent)
+class InboundEventAdmin(admin.ModelAdmin):
+    """Receipts and their processing, read-only; "process again" calls the service."""
+
+    list_display = (
+        "event_id",
+        "order_id",
+        "order_version",
+        "received_at",
+        "deliveries",
+        "processing",
+        "attempts",
+        "next_attempt_at",
+        "short_error",
+    )
+    list_filter = ("processing", "type")
+    search_fields = ("event_id", "order_id")
+    date_hierarchy = "received_at"
+    actions = ["process_again"]
+    fieldsets = (
+        (None, {"fields": ("event_id", "type", "order_id", "order_version", "occurred_at")}),
+        ("Receipt", {"fields": ("received_at", "last_received_at", "deliveries", "body")}),
+        (
+            "Processing",
+            {
+                "fields": (
+                    "processing",
+                    "attempts",
+                    "next_attempt_at",
+                    "processed_at",
+                    "last_error",
+                    "outcome",
+                )
+            },
+        ),
+    )
+
+    def has_module_permission(self, request):
+        return may_see_inbound_events(request.user)
+
+    def has_view_permission(self, request, obj=None):
+        return may_see_inbound_events(request.user)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+    @admin.display(description="Last error")
+    def short_error(self, obj: InboundEvent) -> str:
+        return obj.last_error[:120]
+
+    @admin.action(description="Process again (changes nothing already processed)")
+    def process_again(self, request, queryset):
+        if not may_see_inbound_events(request.user):
+            raise PermissionDenied
+        results: dict[str, int] = {}
+        for event_id in queryset.values_list("event_id", flat=True):
+            status = inbound_event_process(event_id=event_id)
+            results[status] = results.get(status, 0) + 1
+        summary = ", ".join(f"{count} {status}" for status, count in sorted(results.items()))
+        level = messages.WARNING if results.get("failed") else messages.SUCCESS
+        self.message_user(request, f"Processed again: {summary or 'nothing selected'}.", level)

@@ -1,0 +1,480 @@
+"""The apply worker: claim, then run the steps after approval, each confirmed durably.
+
+Steps: apply the change at the order system, notify the customer, close the case. A resumed case
+starts at the first unconfirmed step whose prerequisites still hold, so a failed notification is
+retried without applying the change again.
+
+The order system is called outside any transaction. Before the write leaves, the attempt records
+that submission may have begun; afterwards the answer is recorded under the case lock. A write
+with no usable answer is *effect unknown*: the case is held for reconciliation, never retried
+blindly. Only ``Transient`` (nothing applied) is retried, on a bounded backoff through the case's
+next check time — the single retry layer (httpx and django-q2 retry nothing).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.utils import timezone
+
+from approvals.models import Operation
+from cases.backoff import next_retry_at
+from cases.claims import (
+    ClaimRefused,
+    StaleAttempt,
+    attempt_acknowledge_cancel,
+    attempt_heartbeat,
+    case_claim,
+    record_slot_released,
+)
+from cases.models import (
+    Attempt,
+    CancellationRequest,
+    Case,
+    EvidenceReference,
+    Status,
+    WaitingOn,
+)
+from cases.services import Worker, apply_transition, evidence_add, lock_case, record_event
+from reconciliation.client import OperationResult, OrderSystemClient
+from reconciliation.exceptions import (
+    ApprovalRefused,
+    Conflict,
+    EffectUnknown,
+    OrderSystemError,
+    Transient,
+)
+
+STEPS = ("apply", "notify", "close")
+
+
+def apply_case(
+    *, case_id: int, client: OrderSystemClient | None = None, worker: Worker | None = None
+) -> str:
+    """Claim the case and run its remaining steps. Safe to run twice: only a claim acts."""
+    worker = worker or Worker.current("apply")
+    try:
+        attempt = case_claim(case_id=case_id, worker=worker)
+    except ClaimRefused as refusal:
+        return f"refused: {refusal.extra.get('reason', refusal.code)}"
+    own_client = client is None
+    client = client or OrderSystemClient.from_settings()
+    try:
+        return run_attempt(attempt_id=attempt.pk, client=client, worker=worker)
+    finally:
+        if own_client:
+            client.close()
+
+
+def run_attempt(*, attempt_id: int, client: OrderSystemClient, worker: Worker) -> str:
+    for step in STEPS:
+        attempt = Attempt.objects.select_related("operation", "case__account").get(pk=attempt_id)
+        if _confirmed(attempt.operation, attempt.case, step):
+            continue
+        try:
+            lease = attempt_heartbeat(attempt_id=attempt.pk, fencing_token=attempt.fencing_token)
+        except StaleAttempt:
+            return "stale: stopped before doing anything more"
+        if lease.cancel_requested:
+            attempt_acknowledge_cancel(attempt_id=attempt.pk, worker=worker)
+            return "cancel acknowledged"
+        outcome = _STEP_RUNNERS[step](attempt, client, worker)
+        if outcome != "confirmed":
+            return outcome
+    return "done"
+
+
+def _confirmed(operation: Operation, case: Case, step: str) -> bool:
+    if step == "apply":
+        return operation.confirmed_at is not None
+    if step == "notify":
+        return operation.notified_at is not None
+    return case.status == Status.DONE
+
+
+# --- step: apply ---------------------------------------------------------------------------
+
+
+def _apply(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
+    from approvals.services import live_approval, open_proposal
+
+    case = attempt.case
+    approval = live_approval(case)
+    proposal = open_proposal(case)
+    if approval is None or proposal is None:
+        # Checked again here, not only at claim time: the approval may lapse in between.
+        return _finish(
+            attempt, worker, "approval_expired", "The approval expired before the change was sent"
+        )
+    if not _mark_submitting(attempt):
+        return "stale: stopped before submitting"
+    operation = attempt.operation
+    try:
+        result = client.apply_operation(
+            operation.order_id,
+            operation_key=operation.key,
+            delivery_date=operation.delivery_date,
+            expected_version=proposal.evidence_order_version,
+            fencing_token=attempt.fencing_token,
+            approval_grant=approval.grant,
+        )
+    except OrderSystemError as exc:
+        return _record_refusal(attempt, worker, exc)
+    return _record_applied(attempt, worker, result)
+
+
+def _mark_submitting(attempt: Attempt) -> bool:
+    """Durably note that the write may leave now, while the attempt is still current."""
+    return bool(
+        Attempt.objects.filter(
+            pk=attempt.pk, state=Attempt.State.RUNNING, fencing_token=attempt.fencing_token
+        ).update(submitted_at=timezone.now())
+    )
+
+
+def _record_applied(attempt: Attempt, worker: Worker, result: OperationResult) -> str:
+    """The order system applied (or replayed) the operation: that is a fact, recorded as
+    evidence whatever happened to the attempt meanwhile."""
+    now = timezone.now()
+    with transaction.atomic():
+        case = lock_case(attempt.case_id)
+        operation = Operation.objects.select_for_update().get(pk=attempt.operation_id)
+        if operation.confirmed_at is None:
+            operation.confirmed_at = now
+            operation.result_order_version = result.order_version
+            operation.save(update_fields=["confirmed_at", "result_order_version"])
+        evidence_add(
+            case=case,
+            actor=worker,
+            source_system=EvidenceReference.Source.ORDER_SYSTEM,
+            external_reference=f"operation:{operation.key}",
+            kind="operation_replayed" if result.replayed else "operation_applied",
+            permitted_basis=EvidenceReference.Basis.CONTRACT,
+            summary=f"{operation.key} applied: delivery {operation.delivery_date:%Y-%m-%d}, "
+            f"order version {result.order_version}",
+            order_version=result.order_version,
+        )
+        current = Attempt.objects.filter(pk=attempt.pk, state=Attempt.State.RUNNING).update(
+            last_confirmed_step=Attempt.Step.APPLIED
+        )
+        case.last_checked_order_version = result.order_version
+        case.retry_count = 0
+        case.version += 1
+        case.save(
+            update_fields=["last_checked_order_version", "retry_count", "version", "updated_at"]
+        )
+        cancelling = not current and Attempt.objects.filter(
+            pk=attempt.pk, state=Attempt.State.CANCEL_REQUESTED
+        ).update(state=Attempt.State.STOPPED, finished_at=now)
+        record_event(
+            case=case,
+            action="cases.step.applied" if current else "cases.attempt.late_result_recorded",
+            actor=worker,
+            reason=(
+                f"{operation.key} applied at order version {result.order_version}"
+                + (
+                    ""
+                    if current
+                    else f"; {attempt.reference} was no longer current, "
+                    "so its result is recorded as evidence only"
+                )
+            ),
+            detail={
+                "attempt": attempt.reference,
+                "order_version": result.order_version,
+                "replayed": result.replayed,
+            },
+        )
+        if cancelling and case.status == Status.APPLYING:
+            # The change landed before the stop took effect: a fact, not something to undo
+            # silently. The case closes as done; reversing it would be a new proposal.
+            late = case.cancellations.filter(outcome=CancellationRequest.Outcome.PENDING)
+            note = (
+                "Cancellation arrived after the change: reversing it is a new proposal "
+                "that needs its own approval."
+                if late.exists()
+                else ""
+            )
+            late.update(outcome=CancellationRequest.Outcome.ARRIVED_AFTER_CHANGE, settled_at=now)
+            apply_transition(
+                case,
+                "complete",
+                actor=worker,
+                reason=f"{operation.key} was applied before the stop took effect; no further "
+                f"steps run. {note}".strip(),
+                detail={"attempt": attempt.reference, "revoked": bool(case.revoked_at)},
+                outstanding_question=note or case.outstanding_question,
+            )
+    return "confirmed" if current else "late: recorded as evidence"
+
+
+def _record_refusal(attempt: Attempt, worker: Worker, exc: OrderSystemError) -> str:
+    text = f"{exc.error}: {exc.detail}".strip(": ")
+    if isinstance(exc, EffectUnknown):
+        return _finish(attempt, worker, "effect_unknown", text)
+    if isinstance(exc, Transient):
+        return _finish(attempt, worker, "transient", text, retry_after=exc.retry_after)
+    if isinstance(exc, Conflict) and exc.error == "version_conflict":
+        return _finish(attempt, worker, "source_changed", text)
+    if isinstance(exc, Conflict) and exc.error == "stale_fencing_token":
+        return _finish(attempt, worker, "fenced", text)
+    if isinstance(exc, ApprovalRefused) and exc.error == "approval_expired":
+        return _finish(attempt, worker, "approval_expired", text)
+    # Definite refusals that need a person: invalid input, a full slot, a grant the receiver
+    # does not accept, revoked permission, a reused key. Repeating them changes nothing.
+    return _finish(attempt, worker, "needs_attention", text, error=exc.error)
+
+
+# --- step: notify --------------------------------------------------------------------------
+
+
+def _notify(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
+    case, operation = attempt.case, attempt.operation
+    address = case.account.email
+    if address:
+        try:
+            send_mail(
+                subject=f"Your delivery for order {operation.order_id} is moved",
+                message=(
+                    f"Hello {case.account.name},\n\nAs you asked ({case.reference}), the "
+                    f"delivery of order {operation.order_id} is now on "
+                    f"{operation.delivery_date:%A %d %B %Y}.\n"
+                ),
+                from_email=settings.DEFAULT_FROM_EMAIL,
+                recipient_list=[address],
+            )
+        except Exception as exc:  # noqa: BLE001 - any mail failure is a transient step failure
+            return _finish(
+                attempt, worker, "transient", f"notification failed: {exc}", step="notify"
+            )
+    with transaction.atomic():
+        case = lock_case(case.pk)
+        Operation.objects.filter(pk=operation.pk, notified_at__isnull=True).update(
+            notified_at=timezone.now()
+        )
+        Attempt.objects.filter(pk=attempt.pk).update(last_confirmed_step=Attempt.Step.NOTIFIED)
+        case.version += 1
+        case.save(update_fields=["version", "updated_at"])
+        record_event(
+            case=case,
+            action="cases.step.notified",
+            actor=worker,
+            reason=f"Customer notified at {address}"
+            if address
+            else "No customer address on file: nothing sent",
+            detail={"attempt": attempt.reference},
+        )
+    return "confirmed"
+
+
+# --- step: close ---------------------------------------------------------------------------
+
+
+def _close(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
+    with transaction.atomic():
+        case = lock_case(attempt.case_id)
+        if case.status != Status.APPLYING:
+            return "stale: the case moved on"
+        Attempt.objects.filter(pk=attempt.pk).update(
+            state=Attempt.State.SUCCEEDED,
+            last_confirmed_step=Attempt.Step.CLOSED,
+            finished_at=timezone.now(),
+        )
+        apply_transition(
+            case,
+            "complete",
+            actor=worker,
+            reason=f"{attempt.operation.key} confirmed at order version "
+            f"{attempt.operation.result_order_version} and the customer notified",
+            detail={"attempt": attempt.reference},
+            apply_authorized_by=None,
+        )
+    return "done"
+
+
+_STEP_RUNNERS = {"apply": _apply, "notify": _notify, "close": _close}
+
+
+# --- outcomes ------------------------------------------------------------------------------
+
+_ATTEMPT_STATE = {
+    "effect_unknown": Attempt.State.EFFECT_UNKNOWN,
+    "fenced": Attempt.State.FENCED,
+}
+
+
+def _finish(
+    attempt: Attempt,
+    worker: Worker,
+    outcome: str,
+    text: str,
+    *,
+    retry_after: float | None = None,
+    error: str = "",
+    step: str = "apply",
+) -> str:
+    """Record how the attempt ended and move the case to the next safe status."""
+    from approvals.services import proposal_invalidate_for_source_change
+
+    now = timezone.now()
+    with transaction.atomic():
+        case = lock_case(attempt.case_id)
+        fresh = Attempt.objects.select_for_update().get(pk=attempt.pk)
+        current = fresh.state == Attempt.State.RUNNING
+        cancelling = fresh.state == Attempt.State.CANCEL_REQUESTED
+        Attempt.objects.filter(pk=attempt.pk, state__in=Attempt.ACTIVE).update(
+            state=_ATTEMPT_STATE.get(outcome, Attempt.State.FAILED),
+            last_error=text[:2000],
+            finished_at=now,
+        )
+        if cancelling and case.status == Status.APPLYING:
+            return _finish_cancelling(case, attempt, worker, outcome, text)
+        if not current or case.status != Status.APPLYING:
+            record_event(
+                case=case,
+                action="cases.attempt.late_result_refused",
+                actor=worker,
+                reason=f"{attempt.reference} is no longer current ({fresh.state}); "
+                f"its outcome '{text}' changes nothing",
+                detail={"attempt": attempt.reference, "outcome": outcome},
+            )
+            return f"late: {outcome} recorded only"
+        detail = {
+            "attempt": attempt.reference,
+            "outcome": outcome,
+            "error": error or outcome,
+            "confirmed_steps": _confirmed_steps(fresh),
+        }
+        if outcome == "effect_unknown":
+            apply_transition(
+                case,
+                "hold",
+                actor=worker,
+                detail=detail,
+                last_error=text,
+                reason=f"Effect unknown: {attempt.operation.key} was sent and no answer came "
+                "back. Reconcile the same operation from evidence; never send it blindly again",
+                waiting=(WaitingOn.OWNER, "Effect unknown: reconcile from the order system"),
+                next_check_at=next_retry_at(1),
+            )
+        elif outcome == "fenced":
+            apply_transition(
+                case,
+                "hold",
+                actor=worker,
+                detail=detail,
+                last_error=text,
+                reason="The order system refused a stale fencing token: another owner exists",
+                waiting=(WaitingOn.OWNER, "Another owner exists: reconcile before anything else"),
+                next_check_at=next_retry_at(1),
+            )
+        elif outcome == "transient":
+            _retry_or_give_up(case, worker, attempt, text, retry_after, detail)
+        elif outcome == "source_changed":
+            proposal_invalidate_for_source_change(
+                case=case,
+                order_version=None,
+                actor=worker,
+                via=f"{attempt.reference}: {text}",
+            )
+        elif outcome == "approval_expired":
+            from approvals.services import open_proposal, proposal_return_to_review
+
+            proposal_return_to_review(open_proposal(case), "Expired before it was applied")
+            apply_transition(
+                case,
+                "approval_expired",
+                actor=worker,
+                detail=detail,
+                reason=f"{text}; the same proposal needs a fresh decision",
+                next_check_at=None,
+                apply_authorized_by=None,
+            )
+        else:
+            apply_transition(
+                case,
+                "escalate",
+                actor=worker,
+                detail=detail,
+                last_error=text,
+                reason=f"The order system refused {attempt.operation.key}: {text}. Repeating "
+                "it would change nothing; a person must correct the cause",
+                waiting=(WaitingOn.OWNER, f"Needs a person: {error or outcome}"),
+                next_check_at=None,
+            )
+    return outcome
+
+
+def _finish_cancelling(
+    case: Case, attempt: Attempt, worker: Worker, outcome: str, text: str
+) -> str:
+    """The attempt was asked to stop (a revocation or a cancellation) and came back with an
+    answer anyway."""
+    from cases.revocation import settle_after_stop
+
+    record_event(
+        case=case,
+        action="cases.attempt.late_result_refused",
+        actor=worker,
+        reason=f"{attempt.reference} was asked to stop; its result '{text}' is "
+        "recorded and changes nothing",
+        detail={"attempt": attempt.reference, "outcome": outcome},
+    )
+    record_slot_released(case, attempt, worker)
+    if outcome == "effect_unknown":
+        apply_transition(
+            case,
+            "hold",
+            actor=worker,
+            last_error=text,
+            reason="Asked to stop while a change was in flight and the outcome "
+            "is unknown: reconcile before anything else",
+            next_check_at=next_retry_at(1),
+        )
+        return "late: effect unknown, held"
+    settle_after_stop(case, worker, f"{attempt.reference} ended: {text}")
+    return f"late: {outcome} recorded only"
+
+
+def _confirmed_steps(attempt: Attempt) -> list[str]:
+    order = [Attempt.Step.APPLIED, Attempt.Step.NOTIFIED, Attempt.Step.CLOSED]
+    if attempt.last_confirmed_step not in order:
+        return []
+    return [str(s) for s in order[: order.index(attempt.last_confirmed_step) + 1]]
+
+
+def _retry_or_give_up(
+    case: Case, worker: Worker, attempt: Attempt, text: str, retry_after: float | None, detail: dict
+) -> None:
+    case.retry_count += 1
+    retry_at = next_retry_at(case.retry_count, retry_after=retry_after)
+    detail = {**detail, "failures": case.retry_count, "next_check_at": retry_at.isoformat()}
+    if case.retry_count >= settings.ATTEMPT_LIMIT:
+        steps = ", ".join(detail["confirmed_steps"]) or "none"
+        apply_transition(
+            case,
+            "escalate",
+            actor=worker,
+            detail=detail,
+            last_error=text,
+            retry_count=case.retry_count,
+            reason=f"Gave up after {case.retry_count} attempts. Last error: {text}. "
+            f"Confirmed steps: {steps}. Next permitted check: "
+            f"{timezone.localtime(retry_at):%Y-%m-%d %H:%M:%S}",
+            waiting=(WaitingOn.OWNER, "Attempts exhausted: a person decides when to retry"),
+            next_check_at=retry_at,
+        )
+        return
+    apply_transition(
+        case,
+        "retry_later",
+        actor=worker,
+        detail=detail,
+        last_error=text,
+        retry_count=case.retry_count,
+        reason=f"Nothing applied ({text}); retry {case.retry_count + 1} of "
+        f"{settings.ATTEMPT_LIMIT} at {timezone.localtime(retry_at):%H:%M:%S}",
+        waiting=(WaitingOn.ORDER_SYSTEM, "Unavailable; retrying on a bounded backoff"),
+        next_check_at=retry_at,
+    )

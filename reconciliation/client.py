@@ -1,0 +1,424 @@
+"""The order-system client: Holdfast's only door to the order system (CONTRACT §1).
+
+An anti-corruption layer. It owns one ``httpx.Client``, parses every answer strictly into frozen
+dataclasses, and turns every failure into a classified error from
+``reconciliation.exceptions``. It never imports a model; the only Django it touches is
+``django.conf.settings`` inside ``OrderSystemClient.from_settings``.
+
+Retries. This client retries nothing, and nothing below it does: httpx retries nothing by default
+(``HTTPTransport(retries=N)`` would retry connection failures only, and it is deliberately not
+used), and redirects are not followed. Holdfast's services are the single retry layer: they decide
+from the error class, schedule the next attempt through the case's next check time, and never
+repeat a write whose effect is unknown.
+
+"Not sent" versus "sent, no answer" is the distinction everything else rests on:
+
+- connect refused or failed, connect or pool timeout: nothing was sent → ``Transient``.
+- ``503`` (the contract says nothing was applied) or ``429`` → ``Transient`` with ``retry_after``.
+- read or write timeout, a connection dropped or reset after sending, ``500``/``502``/``504``:
+  for a write (POST) → ``EffectUnknown``; for a read (GET) → ``Transient`` for transport failures
+  and gateway statuses (a GET changes nothing, asking again is harmless).
+- an unparseable body, an unexpected status or error code: for a write → ``EffectUnknown``; for
+  a read → ``ProtocolViolation``.
+
+Definite refusals (``409``, ``403``, ``422``, ``404`` with a known code) map to their own errors.
+A ``404`` without the contract's error code (a wrong base URL, a proxy page) is never read as
+"unknown order/operation": it is a protocol violation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import email.utils
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from reconciliation.exceptions import (
+    APPROVAL_REFUSAL_KINDS,
+    CONFLICT_KINDS,
+    ApprovalRefused,
+    Conflict,
+    EffectUnknown,
+    InvalidInput,
+    KeyReused,
+    OrderSystemError,
+    PermissionRevoked,
+    ProtocolViolation,
+    Transient,
+    UnknownOperation,
+    UnknownOrder,
+)
+
+TIMEOUT_NAMES = ("connect", "read", "write", "pool")
+
+# Failures raised before any byte of the request could have reached the receiver.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+
+
+class _Malformed(Exception):
+    """An answer that does not follow the contract; turned into the caller's error class."""
+
+
+# --- Results -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Order:
+    order_id: str
+    account_id: str
+    delivery_date: dt.date
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    date: dt.date
+    capacity: int
+    taken: int
+
+    @property
+    def free(self) -> int:
+        return max(self.capacity - self.taken, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class OperationResult:
+    """The receiver's answer to an applied operation. ``replayed`` is True for a ``200`` repeat
+    of the same key and body, which returns the first result and changed nothing."""
+
+    operation_key: str
+    status: str
+    order_version: int
+    replayed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FenceResult:
+    order_id: str
+    min_token: int
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRecord:
+    operation_key: str
+    order_id: str
+    status: str
+    order_version: int | None
+    delivery_date: dt.date
+
+
+# --- Strict parsing helpers ----------------------------------------------------------------
+
+
+def _field(body: Mapping[str, Any], name: str, kind: type) -> Any:
+    if name not in body:
+        raise _Malformed(f"missing field {name!r}")
+    value = body[name]
+    # bool is an int subclass; a JSON true is never a version or a token.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise _Malformed(f"field {name!r} is {type(value).__name__}, expected {kind.__name__}")
+    return value
+
+
+def _date(body: Mapping[str, Any], name: str) -> dt.date:
+    text = _field(body, name, str)
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise _Malformed(f"field {name!r} is not a YYYY-MM-DD date: {text!r}") from None
+
+
+def _json_object(response: httpx.Response) -> dict[str, Any]:
+    try:
+        body = response.json()
+    except ValueError:
+        raise _Malformed(f"HTTP {response.status_code} with a body that is not JSON") from None
+    if not isinstance(body, dict):
+        raise _Malformed(f"HTTP {response.status_code} with a JSON {type(body).__name__}")
+    return body
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date), or None."""
+    value = response.headers.get("Retry-After")
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return max((when - dt.datetime.now(dt.UTC)).total_seconds(), 0.0)
+
+
+def _error_fields(body: Mapping[str, Any]) -> dict[str, list[str]]:
+    raw = body.get("fields", body.get("errors"))
+    if isinstance(raw, Mapping):
+        return {
+            str(name): [str(m) for m in (msgs if isinstance(msgs, list) else [msgs])]
+            for name, msgs in raw.items()
+        }
+    if isinstance(raw, list):
+        return {str(name): [] for name in raw}
+    return {}
+
+
+# (status, error code) → the definite refusal it means.
+def _definite_error(status: int, code: str, detail: str, body: Mapping[str, Any]):
+    if status == 409 and code in CONFLICT_KINDS:
+        return Conflict(code, detail, status=status)
+    if status == 403 and code in APPROVAL_REFUSAL_KINDS:
+        return ApprovalRefused(code, detail, status=status)
+    if status == 403 and code == "permission_revoked":
+        return PermissionRevoked(code, detail, status=status)
+    if status in (400, 422) and code in ("invalid_field", "invalid_request"):
+        return InvalidInput(code, detail, status=status, fields=_error_fields(body))
+    if status == 422 and code == "key_reused":
+        return KeyReused(code, detail, status=status)
+    if status == 404 and code == "unknown_order":
+        return UnknownOrder(code, detail, status=status)
+    if status == 404 and code == "unknown_operation":
+        return UnknownOperation(code, detail, status=status)
+    return None
+
+
+# --- The client ----------------------------------------------------------------------------
+
+
+class OrderSystemClient:
+    """One connection pool to one order system. Use as a context manager, or call ``close()``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeouts: Mapping[str, float],
+        transport: httpx.BaseTransport | None = None,
+    ):
+        missing = [name for name in TIMEOUT_NAMES if name not in timeouts]
+        if missing:
+            raise ValueError(f"timeouts must name {', '.join(TIMEOUT_NAMES)}; missing {missing}")
+        self.base_url = base_url.rstrip("/")
+        self.timeout = httpx.Timeout(
+            connect=float(timeouts["connect"]),
+            read=float(timeouts["read"]),
+            write=float(timeouts["write"]),
+            pool=float(timeouts["pool"]),
+        )
+        self._client = httpx.Client(
+            base_url=self.base_url,
+            timeout=self.timeout,
+            transport=transport,
+            follow_redirects=False,
+            headers={"Accept": "application/json", "User-Agent": "holdfast-reconciliation"},
+        )
+
+    @classmethod
+    def from_settings(cls, *, transport: httpx.BaseTransport | None = None) -> OrderSystemClient:
+        from django.conf import settings
+
+        return cls(
+            settings.ORDER_SYSTEM_URL,
+            timeouts=settings.ORDER_SYSTEM_TIMEOUTS,
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> OrderSystemClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # --- reads ---------------------------------------------------------------------------
+
+    def get_order(self, order_id: str) -> Order:
+        body = self._read("GET", f"/orders/{_seg(order_id)}")
+        return self._parse(
+            lambda: Order(
+                order_id=_field(body, "order_id", str),
+                account_id=_field(body, "account_id", str),
+                delivery_date=_date(body, "delivery_date"),
+                version=_field(body, "version", int),
+            ),
+            write=False,
+        )
+
+    def get_slot(self, date: dt.date) -> Slot:
+        body = self._read("GET", f"/slots/{date.isoformat()}")
+        return self._parse(
+            lambda: Slot(
+                date=_date(body, "date"),
+                capacity=_field(body, "capacity", int),
+                taken=_field(body, "taken", int),
+            ),
+            write=False,
+        )
+
+    def get_operation(self, operation_key: str) -> OperationRecord:
+        """The consistent lookup. Raises ``UnknownOperation`` on ``404 unknown_operation``:
+        proof of no effect only after a fence above every attempt's token."""
+        body = self._read("GET", f"/operations/{_seg(operation_key)}")
+        return self._parse(lambda: _operation_record(body), write=False)
+
+    def search_operation(self, operation_key: str) -> OperationRecord | None:
+        """The lagging search index. ``None`` means "not indexed yet", **never** "not applied":
+        callers must not treat it as proof of anything and must keep a case held on it."""
+        body = self._read("GET", "/search/operations", params={"key": operation_key}, absent=True)
+        if body is None:
+            return None
+        return self._parse(lambda: _operation_record(body), write=False)
+
+    def capabilities(self) -> dict[str, Any]:
+        """What the receiver *claims*. Only the probe's live checks are evidence."""
+        return self._read("GET", "/capabilities")
+
+    # --- writes --------------------------------------------------------------------------
+
+    def apply_operation(
+        self,
+        order_id: str,
+        *,
+        operation_key: str,
+        delivery_date: dt.date,
+        expected_version: int,
+        fencing_token: int,
+        approval_grant: str,
+    ) -> OperationResult:
+        payload = {
+            "operation_key": operation_key,
+            "change": {"delivery_date": delivery_date.isoformat()},
+            "expected_version": expected_version,
+            "fencing_token": fencing_token,
+            "approval_grant": approval_grant,
+        }
+        response, body = self._write(f"/orders/{_seg(order_id)}/operations", payload, ok=(200, 201))
+
+        def parse() -> OperationResult:
+            result = OperationResult(
+                operation_key=_field(body, "operation_key", str),
+                status=_field(body, "status", str),
+                order_version=_field(body, "order_version", int),
+                replayed=response.status_code == 200,
+            )
+            if result.operation_key != operation_key:
+                raise _Malformed(f"answer names operation {result.operation_key!r}")
+            if result.status != "applied":
+                raise _Malformed(f"status {result.status!r} in a success answer")
+            return result
+
+        return self._parse(parse, write=True)
+
+    def fence(self, order_id: str, fencing_token: int) -> FenceResult:
+        """Raise the order's minimum fencing token; later operations below it are refused."""
+        _, body = self._write(f"/orders/{_seg(order_id)}/fence", {"fencing_token": fencing_token})
+        return self._parse(
+            lambda: FenceResult(
+                order_id=_field(body, "order_id", str),
+                min_token=_field(body, "min_token", int),
+            ),
+            write=True,
+        )
+
+    # --- transport and classification ------------------------------------------------------
+
+    def _read(
+        self, method: str, path: str, *, params: Mapping[str, str] | None = None, absent=False
+    ) -> Any:
+        try:
+            response = self._client.request(method, path, params=params)
+        except _NOT_SENT as exc:
+            raise Transient("connect_failed", _describe(exc)) from exc
+        except httpx.TransportError as exc:
+            # A GET changes nothing: asking again later is harmless.
+            raise Transient("no_answer", _describe(exc)) from exc
+        if response.status_code == 200:
+            return self._parse(lambda: _json_object(response), write=False)
+        if absent and response.status_code == 404:
+            return None
+        raise self._error_for(response, write=False)
+
+    def _write(
+        self, path: str, payload: Mapping[str, Any], *, ok: tuple[int, ...] = (200,)
+    ) -> tuple[httpx.Response, dict[str, Any]]:
+        try:
+            response = self._client.post(path, json=payload)
+        except _NOT_SENT as exc:
+            raise Transient("connect_failed", _describe(exc)) from exc
+        except httpx.TransportError as exc:
+            # Read/write timeout, connection dropped or reset: the request may have arrived.
+            raise EffectUnknown("no_answer", _describe(exc)) from exc
+        if response.status_code in ok:
+            return response, self._parse(lambda: _json_object(response), write=True)
+        raise self._error_for(response, write=True)
+
+    @staticmethod
+    def _parse(build, *, write: bool):
+        try:
+            return build()
+        except _Malformed as exc:
+            cls = EffectUnknown if write else ProtocolViolation
+            raise cls("protocol_violation", str(exc)) from None
+
+    @staticmethod
+    def _error_for(response: httpx.Response, *, write: bool) -> OrderSystemError:
+        status = response.status_code
+        try:
+            body = _json_object(response)
+        except _Malformed:
+            body = {}
+        code = body.get("error") if isinstance(body.get("error"), str) else ""
+        detail = body.get("detail") if isinstance(body.get("detail"), str) else ""
+        if status == 503 or status == 429:
+            # The contract's 503 means "nothing applied"; 429 is a refusal before processing.
+            return Transient(
+                code or "unavailable",
+                detail or f"HTTP {status}",
+                status=status,
+                retry_after=_retry_after(response),
+            )
+        definite = _definite_error(status, code, detail, body)
+        if definite is not None:
+            return definite
+        explanation = detail or f"unexpected HTTP {status}" + (f" ({code})" if code else "")
+        if write:
+            # A 500/502/504 or an answer outside the contract: the write may have been applied.
+            return EffectUnknown(code or "unexpected_status", explanation, status=status)
+        if status in (502, 504):
+            return Transient(code or "bad_gateway", explanation, status=status)
+        return ProtocolViolation(code or "unexpected_status", explanation, status=status)
+
+
+def _operation_record(body: Mapping[str, Any]) -> OperationRecord:
+    change = _field(body, "change", dict)
+    order_version = body.get("order_version")
+    if order_version is not None:
+        order_version = _field(body, "order_version", int)
+    return OperationRecord(
+        operation_key=_field(body, "operation_key", str),
+        order_id=_field(body, "order_id", str),
+        status=_field(body, "status", str),
+        order_version=order_version,
+        delivery_date=_date(change, "delivery_date"),
+    )
+
+
+def _describe(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _seg(value: str) -> str:
+    """One URL path segment: an id can never add a path component or a query."""
+    return quote(value, safe="")

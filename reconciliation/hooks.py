@@ -1,0 +1,126 @@
+"""``POST /api/hooks/orders/``: the order system's webhooks (CONTRACT §1 and §2).
+
+Authentication is the signature, not a session or token: ``X-Orders-Signature`` must be
+``sha256=<hex HMAC-SHA256(ORDER_WEBHOOK_SECRET, raw body)>``, checked over the exact bytes
+received, before anything is parsed or stored. Then the receipt is stored by event id and its
+processing queued (``reconciliation.inbound``); the answer is ``202`` either way, so the sender
+stops redelivering an event Holdfast already holds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+
+from django.conf import settings
+from django.urls import path
+from django.utils.dateparse import parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from reconciliation.inbound import inbound_event_receive
+
+SIGNATURE_HEADER = "X-Orders-Signature"
+EVENT_ID_HEADER = "X-Orders-Event-Id"
+_TEXT_FIELDS = {"event_id": 100, "type": 60, "order_id": 60}
+
+
+def signature_valid(body: bytes, header: str | None) -> bool:
+    """Whether ``header`` is the HMAC-SHA256 of ``body`` under the shared webhook secret."""
+    secret = settings.ORDER_WEBHOOK_SECRET
+    if not secret or not header:
+        return False
+    expected = "sha256=" + hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected.encode("ascii"), header.strip().encode("utf-8", "replace"))
+
+
+class InvalidEvent(Exception):
+    def __init__(self, detail: str, fields: dict[str, list[str]] | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.fields = fields or {}
+
+
+def parse_event(body: bytes, header_event_id: str | None) -> dict:
+    """The event's fields from the raw body, or ``InvalidEvent`` naming what is wrong."""
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise InvalidEvent("The body is not valid UTF-8 JSON.") from None
+    if not isinstance(data, dict):
+        raise InvalidEvent("The body must be a JSON object.")
+    errors: dict[str, list[str]] = {}
+    fields: dict = {}
+    for name, max_length in _TEXT_FIELDS.items():
+        value = data.get(name)
+        if not isinstance(value, str) or not value.strip():
+            errors[name] = ["Required: a non-empty string."]
+        elif len(value) > max_length:
+            errors[name] = [f"At most {max_length} characters."]
+        else:
+            fields[name] = value
+    version = data.get("order_version")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        errors["order_version"] = ["Required: a whole number, 0 or more."]
+    else:
+        fields["order_version"] = version
+    occurred = data.get("occurred_at")
+    try:
+        occurred_at = parse_datetime(occurred) if isinstance(occurred, str) else None
+    except ValueError:
+        occurred_at = None
+    if occurred_at is None or occurred_at.tzinfo is None:
+        errors["occurred_at"] = ["Required: an ISO 8601 date and time with a UTC offset."]
+    else:
+        fields["occurred_at"] = occurred_at
+    if header_event_id and fields.get("event_id") and header_event_id != fields["event_id"]:
+        errors["event_id"] = [f"Does not match the {EVENT_ID_HEADER} header."]
+    if errors:
+        raise InvalidEvent("The event has invalid fields; nothing was stored.", errors)
+    return {**fields, "body": data}
+
+
+def _error(status: int, code: str, detail: str, **extra) -> Response:
+    return Response({"error": code, "detail": detail, **extra}, status=status)
+
+
+class OrderHookView(APIView):
+    """Receive one signed order-system event (no session, no token: the HMAC is the proof)."""
+
+    authentication_classes: list = []
+    permission_classes = [AllowAny]
+    parser_classes: list = []  # the raw body is read and verified here, never parsed by DRF
+
+    @extend_schema(
+        operation_id="hooks_orders_receive",
+        request={"application/json": OpenApiTypes.OBJECT},
+        responses={
+            202: OpenApiResponse(OpenApiTypes.OBJECT, description="Stored, or already stored."),
+            400: OpenApiResponse(OpenApiTypes.OBJECT, description="invalid: fields named."),
+            401: OpenApiResponse(OpenApiTypes.OBJECT, description="bad_signature"),
+        },
+        tags=["hooks"],
+    )
+    def post(self, request):
+        body = request.body
+        if not signature_valid(body, request.headers.get(SIGNATURE_HEADER)):
+            return _error(
+                401,
+                "bad_signature",
+                f"The {SIGNATURE_HEADER} header is missing or does not match the body; "
+                "nothing was stored.",
+            )
+        try:
+            event = parse_event(body, request.headers.get(EVENT_ID_HEADER))
+        except InvalidEvent as exc:
+            return _error(400, "invalid", exc.detail, fields=exc.fields)
+        receipt = inbound_event_receive(**event)
+        return Response(receipt.body, status=202)
+
+
+# Included by ``config/urls.py`` at ``api/hooks/orders/``.
+urlpatterns = [path("", OrderHookView.as_view(), name="hooks-orders")]

@@ -1,0 +1,309 @@
+"""Inbound order events: store each receipt by event id, then process it separately.
+
+The order system delivers ``order.updated`` webhooks at least once, in any order, and people
+resend them by hand. So:
+
+- ``inbound_event_receive`` stores the receipt in one transaction, keyed by ``event_id``. A
+  duplicate only counts another delivery. A duplicate (or manual resend) of an event whose
+  processing failed puts it back to ``pending`` and queues it again, so a stored receipt never
+  hides unfinished work; a duplicate of a processed event changes nothing else.
+- ``inbound_event_process`` applies one event to every open case of its order, all or nothing,
+  under the event's row lock and each case's row lock. It is safe to run twice: a processed
+  event is left alone, and each case carries the evidence reference ``event:<event_id>`` once.
+  Out-of-order delivery is decided by order version: a version not newer than what the case
+  already knows changes nothing; the version of one of the case's own confirmed operations is
+  Holdfast's own change; a newer version is recorded as evidence and voids an open proposal
+  and approval (held and applying cases are never moved: reconciliation decides those).
+- ``inbound_events_retry_due`` (django-q2 schedule, every minute) processes failed events whose
+  next attempt is due, on the shared bounded backoff, and pending events nobody picked up.
+  After ``MAX_ATTEMPTS`` an event stays ``failed`` and visible in the admin.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Max, Q
+from django.utils import timezone
+
+from approvals.services import proposal_invalidate_for_source_change
+from cases.backoff import next_retry_at
+from cases.models import TERMINAL_STATUSES, Case, EvidenceReference, Status
+from cases.scheduling import enqueue_on_commit
+from cases.services import Worker, _bump_and_save, evidence_add, lock_case, record_event
+from reconciliation.models import InboundEvent
+
+logger = logging.getLogger(__name__)
+
+Processing = InboundEvent.Processing
+
+PROCESS_TASK = "reconciliation.tasks_inbound.process_event"
+ORDER_UPDATED = "order.updated"
+# Automatic processing attempts before an event is left failed for a person (or a resend).
+MAX_ATTEMPTS = 10
+# A pending event nobody processed within this time (its queued task was lost) is swept up.
+PENDING_GRACE = dt.timedelta(minutes=2)
+# Case statuses whose open proposal or approval an order change voids.
+INVALIDATES = frozenset({Status.PREPARING_PROPOSAL, Status.AWAITING_REVIEW, Status.READY})
+# A change may be in flight or unknown: record it, never move the case.
+RECORD_ONLY = frozenset({Status.HELD, Status.APPLYING})
+
+
+def _actor() -> Worker:
+    return Worker("webhook")
+
+
+# --- receipt -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """What storing one delivery did; ``body`` is the 202 answer."""
+
+    event: InboundEvent
+    created: bool
+
+    @property
+    def body(self) -> dict[str, Any]:
+        return {
+            "event_id": self.event.event_id,
+            "status": "stored" if self.created else "already_stored",
+            "processing": self.event.processing,
+        }
+
+
+def inbound_event_receive(
+    *,
+    event_id: str,
+    type: str,
+    order_id: str,
+    order_version: int,
+    occurred_at: dt.datetime,
+    body: dict,
+) -> Receipt:
+    """Store one verified delivery by event id (one transaction) and queue its processing.
+
+    New: stored as ``pending`` and queued on commit. Duplicate: ``deliveries`` + 1; if its
+    processing failed it is reset to ``pending`` and queued again (a pending one is queued again
+    too, in case its first task was lost); a processed one is left as it is.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        event = InboundEvent.objects.select_for_update().filter(event_id=event_id).first()
+        if event is None:
+            try:
+                with transaction.atomic():
+                    event = InboundEvent.objects.create(
+                        event_id=event_id,
+                        type=type,
+                        order_id=order_id,
+                        order_version=order_version,
+                        occurred_at=occurred_at,
+                        body=body,
+                        received_at=now,
+                        last_received_at=now,
+                        next_attempt_at=now,
+                    )
+            except IntegrityError:
+                # A concurrent delivery of the same id committed first: this one is a duplicate.
+                event = InboundEvent.objects.select_for_update().get(event_id=event_id)
+            else:
+                enqueue_on_commit(PROCESS_TASK, event.pk)
+                return Receipt(event=event, created=True)
+        if event.body != body:
+            logger.warning(
+                "Inbound event %s delivered again with a different body; the first is kept.",
+                event_id,
+            )
+        event.deliveries = F("deliveries") + 1
+        event.last_received_at = now
+        fields = ["deliveries", "last_received_at"]
+        if event.processing == Processing.FAILED:
+            event.processing = Processing.PENDING
+            event.next_attempt_at = now
+            fields += ["processing", "next_attempt_at"]
+        event.save(update_fields=fields)
+        event.refresh_from_db(fields=["deliveries"])
+        if event.processing == Processing.PENDING:
+            enqueue_on_commit(PROCESS_TASK, event.pk)
+    return Receipt(event=event, created=False)
+
+
+# --- processing --------------------------------------------------------------------------------
+
+
+def inbound_event_process(*, event_id: str) -> str:
+    """Process one stored event (idempotent); returns its processing status.
+
+    Every change to cases and the ``processed`` mark commit together, or nothing does: on any
+    error the event is marked ``failed`` with attempts + 1, the error and the next attempt time
+    (bounded backoff; none after ``MAX_ATTEMPTS``), and the error is not raised.
+    """
+    try:
+        with transaction.atomic():
+            event = InboundEvent.objects.select_for_update().get(event_id=event_id)
+            if event.processing == Processing.PROCESSED:
+                return Processing.PROCESSED
+            outcome = _apply_event(event)
+            event.processing = Processing.PROCESSED
+            event.attempts += 1
+            event.processed_at = timezone.now()
+            event.next_attempt_at = None
+            event.last_error = ""
+            event.outcome = outcome
+            event.save(
+                update_fields=[
+                    "processing",
+                    "attempts",
+                    "processed_at",
+                    "next_attempt_at",
+                    "last_error",
+                    "outcome",
+                ]
+            )
+            return Processing.PROCESSED
+    except InboundEvent.DoesNotExist:
+        logger.warning("Inbound event %s is not stored; nothing to process.", event_id)
+        return "missing"
+    except Exception as exc:
+        logger.exception("Processing inbound event %s failed.", event_id)
+        return _record_failure(event_id, exc)
+
+
+def _record_failure(event_id: str, exc: Exception) -> str:
+    with transaction.atomic():
+        event = InboundEvent.objects.select_for_update().get(event_id=event_id)
+        if event.processing == Processing.PROCESSED:  # another run finished it meanwhile
+            return Processing.PROCESSED
+        event.attempts += 1
+        event.processing = Processing.FAILED
+        event.last_error = f"{type(exc).__name__}: {exc}"[:2000]
+        if event.attempts < MAX_ATTEMPTS:
+            event.next_attempt_at = next_retry_at(event.attempts)
+            event.outcome = (
+                f"Attempt {event.attempts} failed; nothing was changed. Next attempt "
+                f"{timezone.localtime(event.next_attempt_at):%Y-%m-%d %H:%M:%S}."
+            )
+        else:
+            event.next_attempt_at = None
+            event.outcome = (
+                f"Gave up after {event.attempts} attempts; nothing was changed. Process it "
+                "again from the admin, or resend it from the order system."
+            )
+        event.save(
+            update_fields=["attempts", "processing", "last_error", "next_attempt_at", "outcome"]
+        )
+        return Processing.FAILED
+
+
+def _apply_event(event: InboundEvent) -> str:
+    if event.type != ORDER_UPDATED:
+        return f"Nothing to do for a {event.type!r} event."
+    case_ids = list(
+        Case.objects.open()
+        .filter(order_id=event.order_id)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    if not case_ids:
+        return f"No open case for order {event.order_id}."
+    actor = _actor()
+    return "\n".join(_apply_to_case(case_id, event, actor) for case_id in case_ids)
+
+
+def _known_version(case: Case) -> int | None:
+    """The newest order version the case has seen: its last check or any of its evidence."""
+    newest = case.evidence.aggregate(newest=Max("order_version"))["newest"]
+    known = [v for v in (case.last_checked_order_version, newest) if v is not None]
+    return max(known) if known else None
+
+
+def _apply_to_case(case_id: int, event: InboundEvent, actor: Worker) -> str:
+    case = lock_case(case_id)
+    version = event.order_version
+    label = f"{case.reference} ({case.status})"
+    if case.status in TERMINAL_STATUSES:
+        return f"{label}: closed meanwhile; nothing to do."
+    external_reference = f"event:{event.event_id}"
+    if case.evidence.filter(external_reference=external_reference).exists():
+        return f"{label}: this event is already recorded; nothing to do."
+    own = (
+        case.operations.filter(confirmed_at__isnull=False, result_order_version=version)
+        .order_by("sequence")
+        .first()
+    )
+    if own is not None:
+        return f"{label}: version {version} is Holdfast's own change ({own.key}); recorded only."
+    known = _known_version(case)
+    if known is not None and version <= known:
+        return (
+            f"{label}: stale, version {version} is not newer than version {known} already "
+            "known; nothing changed."
+        )
+    evidence = evidence_add(
+        case=case,
+        actor=actor,
+        source_system=EvidenceReference.Source.ORDER_SYSTEM,
+        external_reference=external_reference,
+        kind="order_event",
+        permitted_basis=EvidenceReference.Basis.CONTRACT,
+        summary=f"Order {event.order_id} changed to version {version} ({event.type}, "
+        f"event {event.event_id})",
+        captured_at=event.occurred_at,
+        order_version=version,
+    )
+    moves = case.status in INVALIDATES
+    if case.status in RECORD_ONLY:
+        consequence = "the case is not moved: reconciliation decides"
+    elif moves:
+        consequence = "the open proposal and any approval are checked against it"
+    else:
+        consequence = "the next source check reads it"
+    _bump_and_save(case, [])
+    record_event(
+        case=case,
+        action="reconciliation.order_event.recorded",
+        actor=actor,
+        reason=f"The order system reported order {event.order_id} at version {version} "
+        f"(known: {known if known is not None else 'none'}); {consequence}",
+        detail={
+            "event_id": event.event_id,
+            "order_version": version,
+            "known_version": known,
+            "evidence_id": evidence.pk,
+        },
+    )
+    if moves and proposal_invalidate_for_source_change(
+        case=case, order_version=version, actor=actor, via=f"event {event.event_id}"
+    ):
+        return (
+            f"{label}: newer version {version} (known {known}) recorded; the open proposal and "
+            "approval were invalidated and the case waits for the order source."
+        )
+    return f"{label}: newer version {version} (known {known}) recorded; {consequence}."
+
+
+# --- retries -----------------------------------------------------------------------------------
+
+
+def inbound_events_due(now: dt.datetime | None = None):
+    """Failed events whose next attempt is due (under the bound), and pending ones nobody
+    picked up within ``PENDING_GRACE``."""
+    now = now or timezone.now()
+    return InboundEvent.objects.filter(
+        Q(processing=Processing.FAILED, attempts__lt=MAX_ATTEMPTS, next_attempt_at__lte=now)
+        | Q(processing=Processing.PENDING, next_attempt_at__lte=now - PENDING_GRACE)
+    ).order_by("next_attempt_at", "pk")
+
+
+def inbound_events_retry_due(*, limit: int = 100) -> dict[str, int]:
+    """Process due events once each (one pass, at most ``limit``); counts by outcome."""
+    counts: dict[str, int] = {}
+    for event_id in list(inbound_events_due().values_list("event_id", flat=True)[:limit]):
+        status = inbound_event_process(event_id=event_id)
+        counts[status] = counts.get(status, 0) + 1
+    return counts

@@ -1,0 +1,224 @@
+"""What Holdfast has verified about a connected order system, and the autonomy that follows.
+
+One ``OrderSystemProfile`` row per probe run (history is kept); the latest row for
+``settings.ORDER_SYSTEM_URL`` decides the autonomy (``reconciliation.selectors``). Only
+``reconciliation.probe.order_system_probe`` writes these rows.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class Autonomy(models.TextChoices):
+    AUTONOMOUS = "autonomous", "Autonomous"
+    SUPERVISED = "supervised", "Supervised"
+    REVIEW_ONLY = "review_only", "Review only"
+
+
+AUTONOMY_MEANING = {
+    Autonomy.AUTONOMOUS: (
+        "Workers may apply approved changes and may take over from a stopped worker: the order "
+        "system was seen refusing repeats, stale versions, stale workers and expired approvals "
+        "in the same step that applies a change."
+    ),
+    Autonomy.SUPERVISED: (
+        "A person must start each apply, and nothing takes over automatically: the order system "
+        "refuses repeats and stale versions, but not every other safeguard was seen working."
+    ),
+    Autonomy.REVIEW_ONLY: (
+        "Workers check the order and prepare proposals only. People apply changes in the order "
+        "system and record the evidence."
+    ),
+}
+
+# Capability field → what it means when verified, in plain words.
+CAPABILITIES = {
+    "idempotent_replay": "repeating an operation returns the first result and changes nothing",
+    "key_reuse_refused": "reusing an operation key for another change is refused (key_reused)",
+    "fencing_enforced": "after a fence, an older worker's token is refused (stale_fencing_token)",
+    "version_check": "a stale expected order version is refused (version_conflict)",
+    "approval_expiry_enforced": (
+        "an expired approval is refused (approval_expired) and a tampered one too "
+        "(approval_invalid)"
+    ),
+    "consistent_lookup": "a just-applied operation is found by its key (GET /operations/{key})",
+}
+
+
+def autonomy_for(verified: dict[str, bool]) -> tuple[Autonomy, str]:
+    """The autonomy a set of verified capabilities allows, with the reason in plain words.
+
+    Autonomous only when every capability was verified. Supervised when repeats, key reuse and
+    stale versions are refused, so a person-started apply cannot double-apply or overwrite, but
+    something else is missing (fencing, approval checks, or the consistent lookup). Review only
+    otherwise.
+    """
+    missing = [name for name in CAPABILITIES if not verified.get(name)]
+    if not missing:
+        return Autonomy.AUTONOMOUS, "Every capability was verified by probing."
+    not_seen = "; ".join(CAPABILITIES[name] for name in missing)
+    safe_to_apply = ("idempotent_replay", "key_reuse_refused", "version_check")
+    if all(verified.get(name) for name in safe_to_apply):
+        return Autonomy.SUPERVISED, f"Not verified: {not_seen}."
+    return Autonomy.REVIEW_ONLY, f"Not verified: {not_seen}."
+
+
+class OrderSystemProfile(models.Model):
+    """The result of one probe run against one order system (append-only history)."""
+
+    base_url = models.CharField(max_length=500)
+    sandbox_order_id = models.CharField(max_length=100)
+    reachable = models.BooleanField(
+        default=False, help_text="Whether the order system answered the probe at all."
+    )
+    idempotent_replay = models.BooleanField(default=False)
+    key_reuse_refused = models.BooleanField(default=False)
+    fencing_enforced = models.BooleanField(default=False)
+    version_check = models.BooleanField(default=False)
+    approval_expiry_enforced = models.BooleanField(default=False)
+    consistent_lookup = models.BooleanField(default=False)
+    claimed = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="What GET /capabilities claimed. Never trusted without the verified fields.",
+    )
+    evidence = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Per capability: verified, summary, and each request with status, error, ms.",
+    )
+    autonomy = models.CharField(
+        max_length=20, choices=Autonomy.choices, default=Autonomy.REVIEW_ONLY
+    )
+    autonomy_reason = models.TextField(blank=True)
+    probed_at = models.DateTimeField(default=timezone.now)
+    probed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    probed_by_name = models.CharField(
+        max_length=150,
+        blank=True,
+        help_text="Who ran the probe, kept when the user is deleted ('command line' if nobody).",
+    )
+
+    class Meta:
+        ordering = ["-probed_at", "-id"]
+        indexes = [models.Index(fields=["base_url", "-probed_at"], name="recon_profile_url_at")]
+        permissions = [("run_probe", "Can run the order-system capability probe")]
+        get_latest_by = ["probed_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.base_url} — {self.get_autonomy_display()} ({self.probed_at:%Y-%m-%d %H:%M})"
+
+    @property
+    def verified(self) -> dict[str, bool]:
+        return {name: getattr(self, name) for name in CAPABILITIES}
+
+    @property
+    def derived_autonomy(self) -> Autonomy:
+        return autonomy_for(self.verified)[0]
+
+    @property
+    def meaning(self) -> str:
+        return AUTONOMY_MEANING[Autonomy(self.autonomy)]
+
+    @property
+    def reason(self) -> str:
+        return self.autonomy_reason
+
+    @property
+    def claimed_but_unverified(self) -> list[str]:
+        """Capabilities the system claims (``/capabilities``) that the probe did not see."""
+        return [
+            name for name, ok in self.verified.items() if not ok and _claims(self.claimed, name)
+        ]
+
+    def derive_autonomy(self) -> None:
+        """Set ``autonomy`` and ``autonomy_reason`` from the verified fields (in memory)."""
+        autonomy, reason = autonomy_for(self.verified)
+        if not self.reachable:
+            reason = "The order system did not answer the probe. " + reason
+        self.autonomy, self.autonomy_reason = autonomy, reason
+
+
+# Names a ``/capabilities`` answer may use for each verified capability (the reference order
+# system's names first).
+CLAIM_NAMES = {
+    "idempotent_replay": ("idempotency_keys", "idempotent_replay"),
+    "key_reuse_refused": ("idempotency_keys", "key_reuse_refused"),
+    "fencing_enforced": ("fencing", "fencing_enforced"),
+    "version_check": ("version_check",),
+    "approval_expiry_enforced": ("approval_grants", "approval_expiry_enforced"),
+    "consistent_lookup": ("consistent_lookup",),
+}
+
+
+def _claims(claimed: object, name: str) -> bool:
+    """Whether a ``/capabilities`` answer claims ``name``: ``{alias: true}`` or a list of names,
+    at the top level or under ``"capabilities"``."""
+    if isinstance(claimed, dict) and "capabilities" in claimed:
+        claimed = claimed["capabilities"]
+    aliases = CLAIM_NAMES.get(name, (name,))
+    if isinstance(claimed, dict):
+        return any(claimed.get(alias) is True for alias in aliases)
+    if isinstance(claimed, list):
+        return any(alias in claimed for alias in aliases)
+    return False
+
+
+# --- Inbound events from the order system (webhooks) -------------------------------------------
+
+
+class InboundEvent(models.Model):
+    """One order-system event, stored on receipt by its id; its processing is tracked apart.
+
+    Receipt and processing are separate facts: a duplicate delivery only counts another receipt,
+    and an event whose processing failed stays visible (``failed``, attempts, last error, next
+    attempt) until a retry, a resend or a person gets it processed. Only
+    ``reconciliation.inbound`` writes these rows.
+    """
+
+    class Processing(models.TextChoices):
+        PENDING = "pending", "Pending"
+        PROCESSED = "processed", "Processed"
+        FAILED = "failed", "Failed"
+
+    event_id = models.CharField(max_length=100, unique=True)
+    type = models.CharField(max_length=60, help_text="e.g. order.updated")
+    order_id = models.CharField(max_length=60, db_index=True)
+    order_version = models.PositiveIntegerField()
+    occurred_at = models.DateTimeField(help_text="When the order system says it happened.")
+    body = models.JSONField(help_text="The event as received (the signed JSON, parsed).")
+    received_at = models.DateTimeField(default=timezone.now, help_text="First receipt.")
+    deliveries = models.PositiveIntegerField(
+        default=1, help_text="Receipts of this event id, duplicates and resends included."
+    )
+    last_received_at = models.DateTimeField(default=timezone.now)
+    processing = models.CharField(
+        max_length=20, choices=Processing.choices, default=Processing.PENDING, db_index=True
+    )
+    attempts = models.PositiveIntegerField(default=0, help_text="Processing attempts so far.")
+    last_error = models.TextField(blank=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
+    next_attempt_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When processing is due (again); empty once processed or given up.",
+    )
+    outcome = models.TextField(blank=True, help_text="What processing did, per case.")
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+        indexes = [
+            models.Index(fields=["processing", "next_attempt_at"], name="recon_inbound_due"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_id} ({self.order_id} v{self.order_version}, {self.processing})"

@@ -1,0 +1,74 @@
+"""Read side of reconciliation: which order-system profile is current, and what it allows."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from reconciliation.models import AUTONOMY_MEANING, Autonomy, OrderSystemProfile
+
+NEVER_PROBED = (
+    "The order system at this address was never probed, so none of its safeguards are verified."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class AutonomyStatus:
+    """What workers may do against the configured order system, and why.
+
+    Attribute names match ``OrderSystemProfile`` so that ``autonomy_badge.html`` renders either.
+    """
+
+    autonomy: Autonomy
+    reason: str
+    profile: OrderSystemProfile | None
+
+    @property
+    def meaning(self) -> str:
+        return AUTONOMY_MEANING[self.autonomy]
+
+    def get_autonomy_display(self) -> str:
+        return self.autonomy.label
+
+    @property
+    def probed_at(self) -> dt.datetime | None:
+        return self.profile.probed_at if self.profile else None
+
+    @property
+    def probed_by_name(self) -> str:
+        return self.profile.probed_by_name if self.profile else ""
+
+    @property
+    def is_autonomous(self) -> bool:
+        return self.autonomy == Autonomy.AUTONOMOUS
+
+
+def _normalise(url: str) -> str:
+    return url.rstrip("/")
+
+
+def current_profile(base_url: str | None = None) -> OrderSystemProfile | None:
+    """The latest probe run for ``base_url`` (default: ``settings.ORDER_SYSTEM_URL``)."""
+    url = _normalise(base_url or settings.ORDER_SYSTEM_URL)
+    return (
+        OrderSystemProfile.objects.filter(base_url=url)
+        .select_related("probed_by")
+        .order_by("-probed_at", "-id")
+        .first()
+    )
+
+
+def current_autonomy(base_url: str | None = None) -> AutonomyStatus:
+    """The autonomy the latest profile allows; review-only when the system was never probed."""
+    profile = current_profile(base_url)
+    if profile is None:
+        return AutonomyStatus(Autonomy.REVIEW_ONLY, NEVER_PROBED, None)
+    return AutonomyStatus(Autonomy(profile.autonomy), profile.autonomy_reason, profile)
+
+
+def profiles_for(base_url: str | None = None):
+    """Probe history for one order system, newest first."""
+    url = _normalise(base_url or settings.ORDER_SYSTEM_URL)
+    return OrderSystemProfile.objects.filter(base_url=url).order_by("-probed_at", "-id")

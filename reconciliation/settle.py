@@ -1,0 +1,417 @@
+"""Settling what is unknown: close the door, then look.
+
+A held case is settled for the same operation key, never a new one. First the fence at the order
+system is raised above every token any attempt of the case ever held (a token from the global
+sequence is higher than all of them), so no old worker can still apply it. Then the operation is
+read by key from the consistent lookup. Found with the intended change → the change happened:
+record it and resume the steps after apply. Proven absent after the fence → the same operation may
+be applied again by a new attempt, if the approval is still valid and nothing was cancelled.
+Anything less — a lagging search's "not found", an unreachable source, a failed fence — is not
+proof: the case stays held with its owner, the reason and a next check on a bounded backoff.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from approvals.models import Operation, Proposal
+from cases.backoff import next_retry_at
+from cases.exceptions import CaseError, InvalidCaseInput, TransitionRejected
+from cases.fencing import next_fencing_token
+from cases.models import CancellationRequest, Case, EvidenceReference, Status, WaitingOn
+from cases.services import (
+    Actor,
+    Worker,
+    _bump_and_save,
+    _check_version,
+    _require,
+    apply_transition,
+    evidence_add,
+    lock_case,
+    record_event,
+)
+from reconciliation.client import OperationRecord, OrderSystemClient
+from reconciliation.exceptions import OrderSystemError, UnknownOperation
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What the order system showed: ``applied`` (with the record), ``absent`` (proven after a
+    fence), or ``unknown`` (no proof either way, with the reason)."""
+
+    verdict: str
+    reason: str
+    record: OperationRecord | None = None
+    fence_token: int | None = None
+
+
+def held_operation(case: Case) -> Operation | None:
+    """The operation the held case is about: the one its latest attempt served."""
+    attempt = case.attempts.order_by("-sequence").select_related("operation").first()
+    if attempt is not None:
+        return attempt.operation
+    # Held without an attempt (after a restore): the newest unconfirmed operation.
+    return case.operations.filter(confirmed_at__isnull=True).order_by("-sequence").first()
+
+
+def investigate(case: Case, operation: Operation, client: OrderSystemClient) -> Finding:
+    """Fence, then look. Never called inside a transaction (it does HTTP)."""
+    token = next_fencing_token()
+    try:
+        client.fence(operation.order_id, token)
+    except OrderSystemError as exc:
+        return Finding("unknown", f"the fence could not be raised ({exc.error}): not proof")
+    try:
+        record = client.get_operation(operation.key)
+    except UnknownOperation:
+        return Finding(
+            "absent",
+            f"after the fence at token {token}, the consistent lookup "
+            f"does not know {operation.key}",
+            fence_token=token,
+        )
+    except OrderSystemError as exc:
+        return Finding(
+            "unknown", f"the consistent lookup failed ({exc.error}): not proof", fence_token=token
+        )
+    if record.order_id != operation.order_id or record.delivery_date != operation.delivery_date:
+        return Finding(
+            "unknown",
+            f"{operation.key} exists with another change "
+            f"({record.order_id} → {record.delivery_date}); a person must look",
+            record,
+            token,
+        )
+    return Finding(
+        "applied",
+        f"{operation.key} found applied at order version {record.order_version}",
+        record,
+        token,
+    )
+
+
+def case_reconcile(
+    *, case_id: int, client: OrderSystemClient | None = None, actor: Actor | None = None
+) -> str:
+    """Settle a held case from evidence if the order system's autonomy allows it."""
+    from reconciliation.selectors import current_autonomy
+
+    actor = actor or Worker.current("reconcile")
+    case = Case.objects.get(pk=case_id)
+    if case.status != Status.HELD:
+        return "skipped"
+    if isinstance(actor, Worker) and not current_autonomy().is_autonomous:
+        return _note_manual_needed(case.pk, case.version, actor)
+    operation = held_operation(case)
+    if operation is None:
+        return "skipped"
+    own_client = client is None
+    client = client or OrderSystemClient.from_settings()
+    try:
+        finding = investigate(case, operation, client)
+    finally:
+        if own_client:
+            client.close()
+    return _record_finding(case.pk, case.version, operation.pk, finding, actor)
+
+
+def _note_manual_needed(case_id: int, version: int, actor: Actor) -> str:
+    with transaction.atomic():
+        case = lock_case(case_id)
+        if case.version != version or case.status != Status.HELD:
+            return "skipped"
+        case.next_check_at = None
+        case.waiting_on = WaitingOn.OWNER
+        case.waiting_reason = (
+            "The order system is not autonomous: the owner records the settlement from evidence"
+        )
+        _bump_and_save(case, ["next_check_at", "waiting_on", "waiting_reason"])
+        record_event(
+            case=case,
+            action="reconciliation.manual_settlement_needed",
+            actor=actor,
+            reason=case.waiting_reason,
+        )
+    return "manual settlement needed"
+
+
+def _record_finding(
+    case_id: int, version: int, operation_id: int, finding: Finding, actor: Actor
+) -> str:
+    with transaction.atomic():
+        case = lock_case(case_id)
+        if case.status != Status.HELD:
+            return "skipped: the case moved on"
+        operation = Operation.objects.select_for_update().get(pk=operation_id)
+        detail = {
+            "operation_key": operation.key,
+            "fence_token": finding.fence_token,
+            "verdict": finding.verdict,
+        }
+        if finding.verdict == "unknown":
+            return _stay_held(case, actor, finding.reason, detail)
+        if finding.verdict == "applied":
+            return _settle_applied(case, operation, finding.record, actor, finding.reason, detail)
+        return _settle_absent(case, operation, actor, finding.reason, detail)
+
+
+def _stay_held(case: Case, actor: Actor, reason: str, detail: dict) -> str:
+    case.retry_count += 1
+    case.next_check_at = next_retry_at(case.retry_count)
+    case.waiting_on = WaitingOn.OWNER
+    case.waiting_reason = f"Still unknown: {reason}"[:200]
+    case.last_error = reason
+    _bump_and_save(
+        case, ["retry_count", "next_check_at", "waiting_on", "waiting_reason", "last_error"]
+    )
+    record_event(
+        case=case,
+        action="reconciliation.still_unknown",
+        actor=actor,
+        reason=f"{reason}; next check {timezone.localtime(case.next_check_at):%Y-%m-%d %H:%M:%S}",
+        detail={**detail, "next_check_at": case.next_check_at.isoformat()},
+    )
+    return "still held"
+
+
+def _pending_cancellations(case: Case):
+    return case.cancellations.filter(outcome=CancellationRequest.Outcome.PENDING)
+
+
+def _settle_applied(
+    case: Case,
+    operation: Operation,
+    record: OperationRecord,
+    actor: Actor,
+    reason: str,
+    detail: dict,
+) -> str:
+    now = timezone.now()
+    if operation.confirmed_at is None:
+        operation.confirmed_at = now
+        operation.result_order_version = record.order_version
+        operation.save(update_fields=["confirmed_at", "result_order_version"])
+    evidence_add(
+        case=case,
+        actor=actor,
+        source_system=EvidenceReference.Source.ORDER_SYSTEM,
+        external_reference=f"operation:{operation.key}",
+        kind="operation_lookup",
+        permitted_basis=EvidenceReference.Basis.CONTRACT,
+        summary=f"Consistent lookup: {operation.key} applied, order version {record.order_version}",
+        order_version=record.order_version,
+    )
+    late = list(_pending_cancellations(case))
+    _pending_cancellations(case).update(
+        outcome=CancellationRequest.Outcome.ARRIVED_AFTER_CHANGE, settled_at=now
+    )
+    note = ""
+    if late:
+        note = (
+            "Cancellation arrived after the change: the change is applied. Reversing it is "
+            'a new proposal that needs its own approval ("propose reversal").'
+        )
+    apply_transition(
+        case,
+        "resume_steps",
+        actor=actor,
+        reason=f"Proven applied: {reason}. {note}".strip(),
+        detail={
+            **detail,
+            "order_version": record.order_version,
+            "late_cancellations": [c.pk for c in late],
+        },
+        waiting=(WaitingOn.WORKER, "Proven applied; the steps after apply resume"),
+        next_check_at=now,
+        retry_count=0,
+        last_checked_order_version=record.order_version or case.last_checked_order_version,
+        last_error="",
+        outstanding_question=note or case.outstanding_question,
+    )
+    return "applied"
+
+
+def _settle_absent(
+    case: Case, operation: Operation, actor: Actor, reason: str, detail: dict
+) -> str:
+    from approvals.services import (
+        _revoke_approvals,
+        live_approval,
+        open_proposal,
+        proposal_return_to_review,
+    )
+
+    now = timezone.now()
+    if _pending_cancellations(case).exists():
+        _pending_cancellations(case).update(
+            outcome=CancellationRequest.Outcome.CANCELLED, settled_at=now
+        )
+        proposal = open_proposal(case)
+        if proposal is not None:
+            _revoke_approvals(proposal, "Cancelled by the customer")
+            proposal.status = Proposal.Status.WITHDRAWN
+            proposal.closed_at = now
+            proposal.save(update_fields=["status", "closed_at"])
+        target = "stop" if case.revoked_at else "settle_cancelled"
+        apply_transition(
+            case,
+            target,
+            actor=actor,
+            detail=detail,
+            reason=f"Proven absent: {reason}. The cancellation is honoured; nothing was applied",
+        )
+        return "cancelled"
+    if case.revoked_at is not None:
+        apply_transition(
+            case,
+            "stop",
+            actor=actor,
+            detail=detail,
+            reason=f"Proven absent: {reason}. Authority was revoked; the work "
+            "is stopped with nothing applied",
+        )
+        return "stopped"
+    if live_approval(case) is None:
+        proposal_return_to_review(open_proposal(case), "Expired during the hold")
+        apply_transition(
+            case,
+            "approval_expired",
+            actor=actor,
+            detail=detail,
+            reason=f"Proven absent: {reason}. The approval expired during the "
+            f"hold: {operation.key} needs a fresh decision before any apply",
+            next_check_at=None,
+        )
+        return "back to review"
+    apply_transition(
+        case,
+        "settle_absent",
+        actor=actor,
+        detail=detail,
+        reason=f"Proven absent: {reason}. A new attempt may apply the same "
+        f"operation {operation.key}",
+        next_check_at=now,
+        retry_count=0,
+        last_error="",
+    )
+    return "absent"
+
+
+# --- manual settlement (supervised / review-only) ------------------------------------------
+
+
+def case_settle_manually(
+    *,
+    case: Case,
+    actor: Actor,
+    outcome: str,
+    expected_version: int,
+    external_reference: str,
+    summary: str,
+    order_version: int | None = None,
+    client: OrderSystemClient | None = None,
+) -> str:
+    """The owner records what the evidence shows. Refused when it contradicts the consistent
+    lookup: a person cannot declare absent what the order system shows applied."""
+    if outcome not in {"applied", "absent"}:
+        raise InvalidCaseInput(
+            "Choose applied or absent.", fields={"outcome": ["Choose applied or absent."]}
+        )
+    if not external_reference.strip() or not summary.strip():
+        raise InvalidCaseInput(
+            "Cite the evidence.",
+            fields={
+                "external_reference": ["Where the evidence is (a ticket, a screen, a call log)."],
+            },
+        )
+    fresh = Case.objects.get(pk=case.pk)
+    _require(actor, "cases.lead_case", fresh, "record a settlement")
+    _check_version(fresh, expected_version)
+    if fresh.status != Status.HELD:
+        raise TransitionRejected(f"{fresh.reference} is not held.", allowed=[])
+    operation = held_operation(fresh)
+    if operation is None:
+        raise TransitionRejected("No operation to settle.", allowed=[])
+    own_client = client is None
+    client = client or OrderSystemClient.from_settings()
+    lookup: OperationRecord | None = None
+    try:
+        lookup = client.get_operation(operation.key)
+    except UnknownOperation:
+        lookup = None
+    except OrderSystemError:
+        lookup = None  # unreachable: the person's evidence stands on its own
+    finally:
+        if own_client:
+            client.close()
+    if outcome == "absent" and lookup is not None:
+        raise SettlementContradicted(
+            f"The consistent lookup shows {operation.key} applied at order version "
+            f"{lookup.order_version}: it cannot be settled as absent."
+        )
+    with transaction.atomic():
+        case = lock_case(case.pk)
+        _check_version(case, expected_version)
+        evidence_add(
+            case=case,
+            actor=actor,
+            source_system=EvidenceReference.Source.OTHER,
+            external_reference=external_reference,
+            kind="manual_settlement",
+            permitted_basis=EvidenceReference.Basis.CONTRACT,
+            summary=summary,
+            order_version=order_version,
+        )
+        detail = {"operation_key": operation.key, "manual": True, "verdict": outcome}
+        reason = f"Settled by {getattr(actor, 'username', actor)} from evidence: {summary}"
+        if outcome == "applied":
+            record = lookup or OperationRecord(
+                operation_key=operation.key,
+                order_id=operation.order_id,
+                status="applied",
+                order_version=order_version,
+                delivery_date=operation.delivery_date,
+            )
+            return _settle_applied(
+                case, Operation.objects.get(pk=operation.pk), record, actor, reason, detail
+            )
+        return _settle_absent(case, operation, actor, reason, detail)
+
+
+class SettlementContradicted(CaseError):
+    code = "settlement_contradicts_evidence"
+    http_status = 409
+
+
+def case_propose_reversal(*, case: Case, actor: Actor, expected_version: int) -> Proposal:
+    """A cancellation arrived after the change was applied: propose putting the order back.
+
+    Reversal is a new intent — a new proposal, a new operation key and its own approval; the
+    old "yes" never authorizes it.
+    """
+    from approvals.services import proposal_prepare
+
+    with transaction.atomic():
+        case = lock_case(case.pk)
+        _require(actor, "cases.work_case", case, "propose a reversal")
+        _check_version(case, expected_version)
+        if case.order_delivery_date_seen is None:
+            raise TransitionRejected("The original delivery date is not on record.", allowed=[])
+        from approvals.services import _close_proposal, open_proposal
+
+        applied = open_proposal(case)
+        if applied is not None:
+            _close_proposal(applied, Proposal.Status.SUPERSEDED, "Applied; a reversal is proposed")
+        apply_transition(
+            case,
+            "reopen_for_reversal",
+            actor=actor,
+            reason="Cancellation arrived after the change: propose moving the delivery back to "
+            f"{case.order_delivery_date_seen:%Y-%m-%d}",
+            closed_at=None,
+            retention_until=None,
+        )
+        return proposal_prepare(case=case, actor=actor, delivery_date=case.order_delivery_date_seen)

@@ -1,0 +1,163 @@
+"""Approve and reject: one decision on one exact, current proposal, within the expiry policy."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from approvals import services
+from approvals.exceptions import ExpiryOutOfBounds, ProposalNotCurrent
+from approvals.models import Approval, Proposal
+from cases.exceptions import InvalidCaseInput
+from cases.models import CaseEvent, Status, WaitingOn
+from cases.services import lock_case
+from reconciliation.grants import grant_verify
+
+from .conftest import in_days, reload
+
+
+def test_approval_records_the_decision_signs_the_grant_and_queues_the_case(
+    proposal, approver, settings
+):
+    before = timezone.now()
+    approval = services.proposal_approve(proposal=proposal, actor=approver)
+
+    case = reload(proposal.case)
+    proposal.refresh_from_db()
+    assert case.status == Status.READY
+    assert proposal.status == Proposal.Status.APPROVED
+    assert approval.reference.startswith("AP-")
+    assert approval.proposal_hash == proposal.content_hash
+    assert approval.operation == proposal.operation
+    default = dt.timedelta(minutes=settings.APPROVAL_DEFAULT_MINUTES)
+    assert before + default - dt.timedelta(seconds=1) <= approval.expires_at
+    assert approval.expires_at <= timezone.now() + default
+    grant = grant_verify(
+        approval.grant,
+        operation_key=proposal.operation.key,
+        order_id=proposal.order_id,
+        delivery_date=proposal.delivery_date,
+    )
+    assert (grant.approval_id, grant.expires_at) == (approval.reference, approval.expires_at)
+    event = CaseEvent.objects.filter(case=case).latest("id")
+    assert event.to_status == Status.READY
+    assert event.detail["approval"] == approval.reference
+    assert event.version == case.version
+
+
+def test_approving_a_superseded_proposal_is_refused_as_not_current(proposal, approver, lead, api):
+    services.case_change_intent(
+        case=proposal.case,
+        actor=lead,
+        delivery_date=in_days(11),
+        reason="Customer asked for another day",
+    )
+    proposal.refresh_from_db()
+    assert proposal.status == Proposal.Status.SUPERSEDED
+
+    with pytest.raises(ProposalNotCurrent):
+        services.proposal_approve(proposal=proposal, actor=approver)
+    response = api(approver).post(f"/api/proposals/{proposal.pk}/approve/", {}, format="json")
+    assert response.status_code == 409
+    assert response.json()["error"] == "proposal_not_current"
+    assert not Approval.objects.filter(proposal=proposal).exists()
+
+
+def test_approving_an_invalidated_proposal_is_refused_as_not_current(proposal, approver, api):
+    with transaction.atomic():
+        case = lock_case(proposal.case_id)
+        assert services.proposal_invalidate_for_source_change(
+            case=case, order_version=2, actor=approver, via="test"
+        )
+    proposal.refresh_from_db()
+    assert proposal.status == Proposal.Status.INVALIDATED
+
+    with pytest.raises(ProposalNotCurrent):
+        services.proposal_approve(proposal=proposal, actor=approver)
+    response = api(approver).post(f"/api/proposals/{proposal.pk}/approve/", {}, format="json")
+    assert response.status_code == 409
+    assert response.json()["error"] == "proposal_not_current"
+    assert not Approval.objects.filter(proposal=proposal).exists()
+
+
+def test_approving_an_already_approved_proposal_is_refused_as_not_current(
+    approval, proposal, preparer, api
+):
+    response = api(preparer).post(f"/api/proposals/{proposal.pk}/approve/", {}, format="json")
+    assert response.status_code == 409
+    assert response.json()["error"] == "proposal_not_current"
+    assert Approval.objects.filter(proposal=proposal).count() == 1
+
+
+def test_reject_without_a_reason_is_400_and_writes_nothing(proposal, approver, api):
+    client = api(approver)
+    for body in ({}, {"reason": ""}):
+        response = client.post(f"/api/proposals/{proposal.pk}/reject/", body, format="json")
+        assert response.status_code == 400
+        assert "reason" in response.json()["fields"]
+    with pytest.raises(InvalidCaseInput):
+        services.proposal_reject(proposal=proposal, actor=approver, reason="   ")
+    assert reload(proposal.case).status == Status.AWAITING_REVIEW
+    assert not Approval.objects.exists()
+
+
+def test_reject_with_a_reason_sends_the_case_back_to_the_owner_to_prepare_another(
+    proposal, approver, api
+):
+    response = api(approver).post(
+        f"/api/proposals/{proposal.pk}/reject/",
+        {"reason": "The slot is full that week"},
+        format="json",
+    )
+    assert response.status_code == 200
+    assert response.json()["status"] == "rejected"
+
+    case = reload(proposal.case)
+    assert case.status == Status.PREPARING_PROPOSAL
+    assert case.waiting_on == WaitingOn.OWNER
+    decision = Approval.objects.get(proposal=proposal)
+    assert (decision.decision, decision.reason, decision.grant) == (
+        "rejected",
+        "The slot is full that week",
+        "",
+    )
+    event = CaseEvent.objects.filter(case=case).latest("id")
+    assert event.reason == "The slot is full that week"
+    assert event.to_status == Status.PREPARING_PROPOSAL
+
+
+def test_approve_with_expiry_beyond_the_maximum_is_400(proposal, approver, api, settings):
+    settings.APPROVAL_MAX_MINUTES = 60
+    too_late = timezone.now() + dt.timedelta(minutes=61)
+    response = api(approver).post(
+        f"/api/proposals/{proposal.pk}/approve/",
+        {"expires_at": too_late.isoformat()},
+        format="json",
+    )
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid"
+    assert "expires_at" in response.json()["fields"]
+    with pytest.raises(ExpiryOutOfBounds):
+        services.proposal_approve(proposal=proposal, actor=approver, expires_at=too_late)
+    past = timezone.now() - dt.timedelta(minutes=1)
+    response = api(approver).post(
+        f"/api/proposals/{proposal.pk}/approve/", {"expires_at": past.isoformat()}, format="json"
+    )
+    assert response.status_code == 400
+    assert not Approval.objects.exists()
+    assert reload(proposal.case).status == Status.AWAITING_REVIEW
+
+
+def test_approve_with_expiry_within_the_maximum_uses_it(proposal, approver, api, settings):
+    settings.APPROVAL_MAX_MINUTES = 60
+    wanted = (timezone.now() + dt.timedelta(minutes=59)).replace(microsecond=0)
+    response = api(approver).post(
+        f"/api/proposals/{proposal.pk}/approve/", {"expires_at": wanted.isoformat()}, format="json"
+    )
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "approved"
+    assert Approval.objects.get(proposal=proposal).expires_at == wanted

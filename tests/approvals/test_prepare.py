@@ -1,0 +1,98 @@
+"""Preparing and submitting one exact proposal from current evidence."""
+
+from __future__ import annotations
+
+import pytest
+
+from approvals import services, tasks
+from approvals.models import Operation, Proposal
+from cases.exceptions import InvalidCaseInput
+from cases.models import Case, CaseEvent, EvidenceReference, Status, WaitingOn
+
+from .conftest import ORDER, in_days, reload
+
+
+@pytest.mark.order_system
+def test_prepare_task_submits_a_proposal_for_review_with_the_first_operation_key(
+    checked_case, live_orders
+):
+    case = checked_case
+    live_orders.seed(slots=[{"date": str(case.requested_date), "capacity": 5, "taken": 2}])
+
+    assert tasks.prepare_proposal(case.pk) == "submitted"
+
+    case = reload(case)
+    proposal = Proposal.objects.get(case=case)
+    assert case.status == Status.AWAITING_REVIEW
+    assert case.waiting_on == WaitingOn.APPROVERS
+    assert proposal.status == Proposal.Status.AWAITING_REVIEW
+    assert proposal.operation.key == f"DATE-{case.number}-1"
+    assert (proposal.order_id, proposal.delivery_date) == (ORDER, case.requested_date)
+    assert proposal.evidence_order_version == 1
+    assert proposal.evidence_ids == list(
+        EvidenceReference.objects.filter(case=case).values_list("pk", flat=True)
+    )
+    assert proposal.prepared_by is None
+    assert proposal.prepared_by_label.startswith("proposer:")
+    assert proposal.slot_note == f"Slot {case.requested_date:%Y-%m-%d}: 2 of 5 taken"
+    submitted = CaseEvent.objects.filter(case=case).latest("id")
+    assert submitted.to_status == Status.AWAITING_REVIEW
+    assert submitted.detail["operation_key"] == proposal.operation.key
+
+    # Delivered twice: the second run changes nothing.
+    assert tasks.prepare_proposal(case.pk) == "skipped"
+    assert Proposal.objects.filter(case=case).count() == 1
+    assert Operation.objects.filter(case=case).count() == 1
+
+
+def test_prepare_task_with_unreachable_slot_lookup_still_submits_with_advice_unknown(
+    checked_case, settings, closed_port
+):
+    settings.ORDER_SYSTEM_URL = f"http://127.0.0.1:{closed_port}"
+    assert tasks.prepare_proposal(checked_case.pk) == "submitted"
+    proposal = Proposal.objects.get(case=checked_case)
+    assert proposal.slot_note.startswith("Slot availability unknown")
+    assert reload(checked_case).status == Status.AWAITING_REVIEW
+
+
+def test_person_prepares_a_proposal_by_hand_with_another_confirmed_date(checked_case, agent):
+    other_date = in_days(12)
+    assert other_date != checked_case.requested_date
+
+    proposal = services.proposal_prepare(
+        case=checked_case,
+        actor=agent,
+        delivery_date=other_date,
+        slot_note="Customer confirmed by phone",
+    )
+
+    proposal.refresh_from_db()
+    assert proposal.delivery_date == other_date
+    assert proposal.change == {"delivery_date": other_date.isoformat()}
+    assert proposal.prepared_by == agent
+    assert proposal.status == Proposal.Status.AWAITING_REVIEW
+    assert proposal.operation.delivery_date == other_date
+    assert proposal.operation.key == f"DATE-{checked_case.number}-1"
+    assert reload(checked_case).status == Status.AWAITING_REVIEW
+
+
+def test_proposal_without_current_evidence_is_refused(case, agent):
+    Case.objects.filter(pk=case.pk).update(status=Status.PREPARING_PROPOSAL)
+    with pytest.raises(InvalidCaseInput):
+        services.proposal_prepare(case=reload(case), actor=agent)
+    assert not Proposal.objects.filter(case=case).exists()
+
+
+def test_at_most_one_open_proposal_per_case_is_a_database_constraint(proposal):
+    from django.db import IntegrityError, transaction
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Proposal.objects.create(
+            case=proposal.case,
+            order_id=proposal.order_id,
+            delivery_date=in_days(9),
+            evidence_order_version=1,
+            content_hash="x" * 64,
+            prepared_by_label="someone",
+            status=Proposal.Status.DRAFT,
+        )

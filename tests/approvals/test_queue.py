@@ -1,0 +1,113 @@
+"""The approver's queue and the pages a decision rests on (API and admin)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from approvals import services
+from cases.models import CustomerAccount
+
+from .conftest import read_order, reload
+
+
+@pytest.fixture
+def queue(make_case, agent, approver, outsider, other_team):
+    """Three proposals submitted in the order 3, 1, 2; one approved; one of another team."""
+    drafts = [
+        services.proposal_prepare(case=read_order(make_case()), actor=agent, submit=False)
+        for _ in range(3)
+    ]
+    for index in (2, 0, 1):
+        services.proposal_submit(proposal=drafts[index], actor=agent)
+        drafts[index].refresh_from_db()
+    approved = services.proposal_prepare(case=read_order(make_case()), actor=agent)
+    services.proposal_approve(proposal=approved, actor=approver)
+    other_account = CustomerAccount.objects.create(
+        reference="ACC-200", name="Southwind", team=other_team, verified=True
+    )
+    foreign = services.proposal_prepare(
+        case=read_order(make_case(account=other_account, request_key="far-1")), actor=outsider
+    )
+    return {
+        "oldest_first": [drafts[2], drafts[0], drafts[1]],
+        "approved": approved,
+        "foreign": foreign,
+    }
+
+
+def test_api_queue_lists_proposals_awaiting_review_oldest_first(api, approver, queue):
+    response = api(approver).get("/api/proposals/", {"status": "awaiting_review"})
+    assert response.status_code == 200
+    results = response.json()["results"]
+    assert [p["id"] for p in results] == [p.pk for p in queue["oldest_first"]]
+    first = results[0]
+    assert first["operation_key"] == queue["oldest_first"][0].operation.key
+    assert first["change"] == queue["oldest_first"][0].change
+    assert first["prepared_by"] == "agent"
+    assert first["evidence_order_version"] == 1
+    assert first["can_decide"] is True
+    assert first["would_expire_at"]
+
+
+def test_api_queue_rejects_an_unknown_status(api, approver, queue):
+    response = api(approver).get("/api/proposals/", {"status": "maybe"})
+    assert response.status_code == 400
+
+
+def test_admin_changelist_defaults_to_the_queue_oldest_first(client, approver, queue):
+    client.force_login(approver)
+    url = reverse("admin:approvals_proposal_changelist")
+    redirect = client.get(url)
+    assert redirect.status_code == 302
+    assert redirect["Location"] == f"{url}?status=awaiting_review"
+
+    body = client.get(redirect["Location"]).content.decode()
+    positions = [body.index(f"Proposal #{p.pk} ") for p in queue["oldest_first"]]
+    assert positions == sorted(positions)
+    assert f"Proposal #{queue['approved'].pk} " not in body
+    assert f"Proposal #{queue['foreign'].pk} " not in body
+
+
+def test_admin_proposal_page_shows_the_exact_change_evidence_preparer_and_default_expiry(
+    client, approver, proposal, settings
+):
+    client.force_login(approver)
+    default = dt.timedelta(minutes=settings.APPROVAL_DEFAULT_MINUTES)
+    before = timezone.now() + default
+    response = client.get(reverse("admin:approvals_proposal_change", args=[proposal.pk]))
+    after = timezone.now() + default
+    body = response.content.decode()
+
+    assert f"Decide: move ORD-7731 to {proposal.delivery_date:%A, %Y-%m-%d}" in body
+    assert "rests on order version <strong>1</strong>" in body
+    assert "prepared by <strong>agent</strong>" in body
+    assert f"operation <strong>{proposal.operation.key}</strong>" in body
+    assert any(
+        f"expires by default at {moment:%Y-%m-%d %H:%M} UTC" in body for moment in (before, after)
+    )
+    assert "Approve this exact proposal" in body
+
+
+def test_admin_case_page_shows_proposal_history_operation_key_and_live_approval(
+    client, lead, approval, proposal, agent
+):
+    client.force_login(lead)
+    response = client.get(reverse("admin:cases_case_change", args=[proposal.case_id]))
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert "Proposal history" in body
+    assert f"<dd>{proposal.operation.key} (the same key" in body
+    expires = f"{timezone.localtime(approval.expires_at):%Y-%m-%d %H:%M} UTC"
+    assert f"{approval.reference} by approver, expires {expires}" in body
+
+
+def test_admin_case_page_shows_no_approval_once_it_expired(client, lead, approval, proposal):
+    services.approvals_expire_due(now=approval.expires_at + dt.timedelta(seconds=1))
+    client.force_login(lead)
+    body = client.get(reverse("admin:cases_case_change", args=[proposal.case_id])).content
+    assert f"{approval.reference} by approver, expires" not in body.decode()
+    assert reload(proposal.case).status == "awaiting_review"

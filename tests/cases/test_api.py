@@ -1,0 +1,405 @@
+"""The cases REST API (CONTRACT §2): intake, list, detail, transitions and their refusals."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from cases.models import Case, CaseEvent, Status
+from cases.services import case_assign, case_update_followup
+from tests.cases.helpers import last_event_id, reload
+
+INTAKE = {
+    "account": "ACC-100",
+    "request_key": "email-2030-01-01-northwind",
+    "order_id": "ORD-7731",
+    "requested_date": "2030-01-04",
+    "note": "Move the delivery to Friday.",
+}
+TOMORROW = timezone.now() + dt.timedelta(days=1)
+LAST_YEAR = timezone.now() - dt.timedelta(days=365)
+
+
+@pytest.fixture
+def token_client(agent):
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=agent).key}")
+    return client
+
+
+def _transition(client, case, transition, *, version=None, reason="Because"):
+    return client.post(
+        f"/api/cases/{case.reference}/transitions/",
+        {
+            "transition": transition,
+            "expected_version": case.version if version is None else version,
+            "reason": reason,
+        },
+        format="json",
+    )
+
+
+# --- intake ---------------------------------------------------------------------------------
+
+
+def test_intake_with_token_auth_opens_a_case_then_returns_it(
+    token_client, account, agent, lead, writes
+):
+    first = token_client.post("/api/cases/", INTAKE, format="json")
+    second = token_client.post("/api/cases/", INTAKE, format="json")
+
+    assert (first.status_code, second.status_code) == (201, 200)
+    assert first.json()["reference"] == second.json()["reference"]
+    assert second.json() == first.json()
+    body = first.json()
+    assert body["status"] == Status.WAITING_SOURCE
+    assert body["version"] == 2
+    assert (body["owner"], body["backup"], body["responsible_now"]) == ("lead", "backup", "lead")
+    assert body["requested_date"] == "2030-01-04"
+    assert [e["action"] for e in body["events"]] == [
+        "cases.case.created",
+        "cases.case.transitioned",
+    ]
+    assert {e["actor"] for e in body["events"]} == {"agent"}
+    assert writes() == (1, 2)
+
+
+def test_intake_repeated_with_different_details_returns_the_original(api, agent, account):
+    client = api(agent)
+    first = client.post("/api/cases/", INTAKE, format="json")
+
+    again = client.post("/api/cases/", {**INTAKE, "order_id": "ORD-CHANGED"}, format="json")
+
+    assert again.status_code == 200
+    assert again.json()["reference"] == first.json()["reference"]
+    assert again.json()["order_id"] == "ORD-7731"
+    assert Case.objects.count() == 1
+
+
+def test_bad_token_is_refused(account, writes):
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION="Token not-a-real-token")
+
+    response = client.post("/api/cases/", INTAKE, format="json")
+
+    # 403 rather than 401: session auth comes first and sends no WWW-Authenticate challenge.
+    assert response.status_code in {401, 403}
+    assert response.json()["error"] == "authentication_failed"
+    assert writes() == (0, 0)
+
+
+def test_anonymous_caller_is_refused(api, case):
+    response = api().get("/api/cases/")
+
+    assert response.status_code in {401, 403}
+    assert response.json()["error"] == "not_authenticated"
+
+
+@pytest.mark.parametrize(
+    ("payload", "bad_fields"),
+    [
+        ({**INTAKE, "account": "ACC-999"}, {"account"}),
+        ({**INTAKE, "account": "ACC-200"}, {"account"}),  # exists, but another team's
+        ({**INTAKE, "requested_date": "next friday"}, {"requested_date"}),
+        ({**INTAKE, "requested_date": "2030-02-30"}, {"requested_date"}),
+        ({}, {"account", "request_key", "order_id", "requested_date"}),
+        ({"account": "ACC-100", "request_key": "k"}, {"order_id", "requested_date"}),
+        ({**INTAKE, "request_key": ""}, {"request_key"}),
+    ],
+    ids=[
+        "unknown-account",
+        "other-teams-account",
+        "malformed-date",
+        "impossible-date",
+        "empty",
+        "missing-fields",
+        "blank-key",
+    ],
+)
+def test_bad_intake_is_400_with_field_errors_and_writes_nothing(
+    api, agent, account, other_account, writes, payload, bad_fields
+):
+    before = writes()
+
+    response = api(agent).post("/api/cases/", payload, format="json")
+
+    assert response.status_code == 400
+    body = response.json()
+    assert body["error"] == "invalid"
+    assert set(body["fields"]) == bad_fields
+    assert writes() == before
+
+
+def test_another_teams_account_is_reported_like_an_unknown_one(api, agent, account, other_account):
+    theirs = api(agent).post("/api/cases/", {**INTAKE, "account": "ACC-200"}, format="json")
+    missing = api(agent).post("/api/cases/", {**INTAKE, "account": "ACC-999"}, format="json")
+
+    assert theirs.json()["fields"]["account"] == ["Unknown account 'ACC-200'."]
+    assert missing.json()["fields"]["account"] == ["Unknown account 'ACC-999'."]
+
+
+def test_malformed_json_is_400_and_writes_nothing(api, agent, account, writes):
+    response = api(agent).post("/api/cases/", "{not json", content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json()["error"] == "malformed_request"
+    assert writes() == (0, 0)
+
+
+def test_auditor_cannot_open_a_case_over_the_api(api, auditor, account, writes):
+    response = api(auditor).post("/api/cases/", INTAKE, format="json")
+
+    assert response.status_code == 403
+    assert response.json()["error"] == "not_permitted"
+    assert writes() == (0, 0)
+
+
+# --- list and detail --------------------------------------------------------------------------
+
+
+def test_list_filters_by_status_waiting_on_owner_and_overdue(api, lead, backup, make_case):
+    waiting, escalated, overdue, handed_over = (make_case() for _ in range(4))
+    # Intake asks for a check "now"; only one case keeps a follow-up time in the past.
+    for case, when in (
+        (waiting, TOMORROW),
+        (escalated, TOMORROW),
+        (handed_over, TOMORROW),
+        (overdue, LAST_YEAR),
+    ):
+        case_update_followup(
+            case=case, expected_version=case.version, actor=lead, next_check_at=when
+        )
+    _transition(api(lead), reload(escalated), "escalate")
+    handed_over = reload(handed_over)
+    case_assign(
+        case=handed_over,
+        expected_version=handed_over.version,
+        owner=backup,
+        backup=lead,
+        reason="handover",
+        actor=lead,
+    )
+    client = api(lead)
+
+    def refs(**params):
+        response = client.get("/api/cases/", params)
+        assert response.status_code == 200, response.json()
+        return {c["reference"] for c in response.json()["results"]}
+
+    every = {waiting.reference, escalated.reference, overdue.reference, handed_over.reference}
+    assert refs() == every
+    assert refs(status="needs_attention") == {escalated.reference}
+    assert refs(status="waiting_source") == every - {escalated.reference}
+    assert refs(waiting_on="owner") == {escalated.reference}
+    assert refs(owner="backup") == {handed_over.reference}
+    assert refs(owner="lead") == every - {handed_over.reference}
+    assert refs(overdue="true") == {overdue.reference}
+
+
+def test_list_overdue_false_excludes_overdue_cases(api, lead, make_case):
+    """Like the admin's "Not overdue" filter: ``overdue=false`` is a filter, not "no filter"."""
+    on_time, late = make_case(), make_case()
+    for case, when in ((on_time, TOMORROW), (late, LAST_YEAR)):
+        case_update_followup(
+            case=case, expected_version=case.version, actor=lead, next_check_at=when
+        )
+
+    response = api(lead).get("/api/cases/", {"overdue": "false"})
+
+    assert response.status_code == 200
+    assert [c["reference"] for c in response.json()["results"]] == [on_time.reference]
+
+
+@pytest.mark.parametrize(
+    "params", [{"status": "bogus"}, {"waiting_on": "moon"}, {"overdue": "maybe"}]
+)
+def test_list_with_unknown_filter_value_is_400(api, lead, case, params):
+    response = api(lead).get("/api/cases/", params)
+
+    assert response.status_code == 400
+    assert set(response.json()["fields"]) == set(params)
+
+
+def test_detail_has_the_contract_fields(api, lead, case):
+    response = api(lead).get(f"/api/cases/{case.reference}/")
+
+    assert response.status_code == 200
+    body = response.json()
+    for field in (
+        "version",
+        "status",
+        "next_action",
+        "waiting_on",
+        "owner",
+        "backup",
+        "responsible_now",
+        "next_check_at",
+        "outstanding_question",
+        "last_checked_order_version",
+        "evidence",
+        "events",
+    ):
+        assert field in body, field
+    assert body["version"] == case.version
+    assert body["allowed_transitions"] == ["escalate", "cancel", "stop"]
+    assert body["next_action"].startswith("Waiting for the order system")
+    assert [e["version"] for e in body["events"]] == [1, 2]
+
+
+def test_detail_lists_only_transitions_the_caller_may_make(api, agent, auditor, case):
+    as_agent = api(agent).get(f"/api/cases/{case.reference}/").json()
+    as_auditor = api(auditor).get(f"/api/cases/{case.reference}/").json()
+
+    assert as_agent["allowed_transitions"] == ["escalate", "cancel"]
+    assert as_auditor["allowed_transitions"] == []
+
+
+def test_owner_away_makes_the_backup_responsible_in_the_api(api, lead, case, owner_away):
+    body = api(lead).get(f"/api/cases/{case.reference}/").json()
+
+    assert body["owner"] == "lead"
+    assert body["responsible_now"] == "backup"
+    assert "Bo Backup (backup)" in body["next_action"]
+    listed = api(lead).get("/api/cases/").json()["results"]
+    assert [c["responsible_now"] for c in listed] == ["backup"]
+
+
+# --- transitions ---------------------------------------------------------------------------
+
+
+def test_transition_over_the_api_writes_one_event_and_returns_the_case(api, lead, case):
+    before = last_event_id(case)
+
+    response = _transition(api(lead), case, "escalate", reason="Customer called twice")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert (body["status"], body["version"]) == ("needs_attention", case.version + 1)
+    new = list(CaseEvent.objects.filter(case=case, id__gt=before))
+    assert len(new) == 1
+    assert (new[0].version, new[0].actor, new[0].reason) == (
+        case.version + 1,
+        lead,
+        "Customer called twice",
+    )
+    assert body["events"][-1]["version"] == body["version"]
+
+
+def test_stale_expected_version_is_409_version_conflict(api, lead, case):
+    client = api(lead)
+    seen = case.version
+    assert _transition(client, case, "escalate").status_code == 200
+    before = last_event_id(case)
+
+    response = _transition(client, case, "cancel", version=seen)
+
+    assert response.status_code == 409
+    body = response.json()
+    assert body["error"] == "version_conflict"
+    assert (body["expected_version"], body["current_version"]) == (seen, seen + 1)
+    fresh = reload(case)
+    assert (fresh.status, fresh.version) == (Status.NEEDS_ATTENTION, seen + 1)
+    assert last_event_id(case) == before
+
+
+def test_forbidden_transition_is_409_listing_the_allowed_ones(api, lead, case):
+    before = last_event_id(case)
+
+    response = _transition(api(lead), case, "request_source_check")
+
+    assert response.status_code == 409
+    body = response.json()
+    assert body["error"] == "transition_not_allowed"
+    assert body["allowed"] == ["escalate", "cancel", "stop"]
+    assert last_event_id(case) == before
+    assert reload(case).version == case.version
+
+
+def test_worker_only_transition_is_refused_over_the_api(api, lead, case):
+    before = last_event_id(case)
+
+    response = _transition(api(lead), case, "claim")
+
+    assert response.status_code == 400
+    assert "transition" in response.json()["fields"]
+    assert last_event_id(case) == before
+    assert reload(case).status == Status.WAITING_SOURCE
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"transition": "escalate", "reason": "x"},
+        {"transition": "escalate", "expected_version": "two", "reason": "x"},
+        {"transition": "escalate", "expected_version": 2},
+        {"transition": "escalate", "expected_version": 2, "reason": ""},
+    ],
+    ids=["no-version", "bad-version", "no-reason", "blank-reason"],
+)
+def test_bad_transition_request_is_400_and_writes_nothing(api, lead, case, payload):
+    before = last_event_id(case)
+
+    response = api(lead).post(f"/api/cases/{case.reference}/transitions/", payload, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid"
+    assert last_event_id(case) == before
+
+
+@pytest.mark.parametrize("transition", ["escalate", "cancel", "stop"])
+def test_auditor_transition_over_the_api_is_403(api, auditor, case, transition):
+    before = last_event_id(case)
+
+    response = _transition(api(auditor), case, transition)
+
+    assert response.status_code == 403
+    assert response.json()["error"] == "not_permitted"
+    assert last_event_id(case) == before
+    assert reload(case).version == case.version
+
+
+def test_auditor_cannot_cancel_over_the_api(api, auditor, case):
+    response = api(auditor).post(
+        f"/api/cases/{case.reference}/cancel/", {"reason": "customer asked"}, format="json"
+    )
+
+    assert response.status_code == 403
+    assert not case.cancellations.exists()
+    assert reload(case).status == Status.WAITING_SOURCE
+
+
+def test_cancel_before_anything_was_sent_cancels_the_case(api, agent, case):
+    response = api(agent).post(
+        f"/api/cases/{case.reference}/cancel/",
+        {"reason": "customer changed their mind"},
+        format="json",
+    )
+
+    assert response.status_code == 200
+    assert response.json()["status"] == "cancelled"
+    assert case.cancellations.get().outcome == "cancelled"
+
+
+# --- the schema ------------------------------------------------------------------------------
+
+
+def test_openapi_schema_renders_and_documents_the_cases_api(client):
+    response = client.get("/api/schema/", {"format": "json"})
+
+    assert response.status_code == 200
+    paths = response.json()["paths"]
+    assert "/api/cases/" in paths
+    assert {"get", "post"} <= set(paths["/api/cases/"])
+    assert "/api/cases/{reference}/" in paths
+    assert "/api/cases/{reference}/transitions/" in paths
+
+
+def test_openapi_schema_renders_as_yaml_by_default(client):
+    response = client.get("/api/schema/")
+
+    assert response.status_code == 200
+    assert b"/api/cases/:" in response.content

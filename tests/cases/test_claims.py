@@ -1,0 +1,464 @@
+"""Claims, heartbeats and cancellation intents: who may act on a ready case right now.
+
+Races run on PostgreSQL with real threads, each on its own connection, and every race test shows
+that the contention it is about actually happened. Query counts are measured on both databases.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+import time
+
+import httpx
+import pytest
+from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
+
+from approvals.models import Operation
+from cases.claims import (
+    ClaimRefused,
+    StaleAttempt,
+    attempt_acknowledge_cancel,
+    attempt_heartbeat,
+    attempts_expire_leases,
+    case_claim,
+)
+from cases.models import Attempt, CancellationRequest, Case, CaseEvent, EvidenceReference, Status
+from cases.services import Worker, case_cancel_request, evidence_record, lock_case
+from reconciliation.apply import _record_applied, run_attempt
+from reconciliation.client import OperationResult, OrderSystemClient
+
+pytestmark = pytest.mark.order_system
+
+WORKERS = 8
+# How long the cancellation starts after the claim, round by round: a claim reads and checks
+# five guards before its compare-and-set, so with no head start the cancellation always wins.
+CANCEL_DELAYS = (0.0, 0.0, 0.004, 0.008, 0.012, 0.016, 0.024, 0.04, 0.1)
+WORKER = Worker("worker:test:1")
+TIMEOUTS = {"connect": 1.0, "read": 1.0, "write": 1.0, "pool": 1.0}
+
+# Measured (the bound is the measurement, inside the test's transaction, savepoints included).
+# Claim: 5 reads for the guards, the compare-and-set, the locked re-read, the attempt sequence,
+# the fencing token (1 query on PostgreSQL, a counter row and 2 savepoints on SQLite), the
+# attempt and the event. Recording an applied result: the case and operation locks, the
+# operation, the evidence, the attempt, the case and the event.
+CLAIM_QUERIES = {"postgresql": 15, "sqlite": 19}
+RECORD_APPLIED_QUERIES = {"postgresql": 9, "sqlite": 9}
+
+
+def _backend_pid() -> int:
+    connection.ensure_connection()
+    return connection.connection.info.backend_pid
+
+
+def _blocked(pids: list[int]) -> set[int]:
+    """The backends among ``pids`` waiting on a lock another backend holds, right now."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM unnest(%s::int[]) AS pid WHERE cardinality(pg_blocking_pids(pid)) > 0",
+            [pids],
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+class _CompareAndSetObserver:
+    """Records, for one thread, the claim's conditional UPDATE of the case: the version it
+    expected (the version the claimer read), when it was sent, when it returned and how many
+    rows it moved. A thread that sends it got past its read and every claim guard."""
+
+    def __init__(self) -> None:
+        self.expected_version: int | None = None
+        self.sent_at: float | None = None
+        self.returned_at: float | None = None
+        self.rowcount: int | None = None
+
+    def __call__(self, execute, sql, params, many, context):
+        is_cas = (
+            sql.startswith('UPDATE "cases_case" SET "status"')
+            and '"cases_case"."version" = ' in sql.partition("WHERE")[2]
+        )
+        if not is_cas:
+            return execute(sql, params, many, context)
+        where_version = sql.index('"cases_case"."version" = %s')
+        self.expected_version = params[sql[:where_version].count("%s")]
+        self.sent_at = time.monotonic()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            self.returned_at = time.monotonic()
+            self.rowcount = context["cursor"].rowcount
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_eight_workers_claiming_one_ready_case_start_exactly_one_attempt(approved_case):
+    """Eight workers read the ready case at the same version and all reach the conditional
+    UPDATE while the row is held; once it is released exactly one attempt starts and the other
+    seven are refused with the reason (the winner holds the case)."""
+    case = approved_case()
+    read_version = case.version
+    barrier = threading.Barrier(WORKERS + 1)
+    observers = [_CompareAndSetObserver() for _ in range(WORKERS)]
+    pids: list[int | None] = [None] * WORKERS
+    results: list[dict | None] = [None] * WORKERS
+
+    def claim(index: int) -> None:
+        try:
+            pids[index] = _backend_pid()  # connect before the barrier, not after it
+            barrier.wait(timeout=10)
+            with connection.execute_wrapper(observers[index]):
+                try:
+                    attempt = case_claim(case_id=case.pk, worker=Worker(f"worker:{index}"))
+                    results[index] = {"won": attempt.reference}
+                except ClaimRefused as refusal:
+                    results[index] = {
+                        "reason": refusal.extra.get("reason"),
+                        "detail": refusal.detail,
+                    }
+        except Exception as exc:  # noqa: BLE001 - reported by the main thread
+            results[index] = {"error": repr(exc)}
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=claim, args=(i,)) for i in range(WORKERS)]
+    all_waiting = False
+    with transaction.atomic():
+        # Hold the row as any other writer of the case would: every claimer can still read
+        # it and check its guards, and then queues at the compare-and-set.
+        lock_case(case.pk)
+        for thread in threads:
+            thread.start()
+        barrier.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if None not in pids and _blocked(pids) == set(pids):
+                all_waiting = True
+                break
+            time.sleep(0.01)
+        released = time.monotonic()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert all(r is not None and "error" not in r for r in results), results
+    assert all_waiting, "the eight claimers never all waited at the conditional UPDATE at once"
+    # Contention: every claimer read the same version and sent its compare-and-set for it
+    # before the row was released, so all eight raced for the same claim.
+    assert [o.expected_version for o in observers] == [read_version] * WORKERS
+    assert all(o.sent_at < released < o.returned_at for o in observers)
+    assert sorted(o.rowcount for o in observers) == [0] * (WORKERS - 1) + [1]
+
+    winners = [r["won"] for r in results if "won" in r]
+    refusals = [r for r in results if "reason" in r]
+    assert winners == [f"{case.reference}-a1"]
+    assert len(refusals) == WORKERS - 1
+    assert {r["reason"] for r in refusals} == {"claimed"}
+    assert all(winners[0] in r["detail"] for r in refusals)
+
+    attempt = Attempt.objects.get(case=case)
+    assert attempt.reference == winners[0]
+    assert attempt.state == Attempt.State.RUNNING
+    claimed = CaseEvent.objects.filter(case=case, action="cases.case.claimed")
+    assert claimed.count() == 1
+    assert claimed.get().detail["attempt"] == attempt.reference
+    case.refresh_from_db()
+    assert (case.status, case.version) == (Status.APPLYING, read_version + 1)
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_cancellation_racing_a_claim_never_lets_both_win(approved_case, agent):
+    """A claim and a cancellation start together on a ready case, round after round, the
+    cancellation a little later each time. In every round exactly one wins: an attempt on a case
+    that is not cancelled, or a cancelled case with no attempt. A cancellation that loses is
+    saved as pending and the running attempt is asked to stop. Each side wins at least once and
+    the calls overlap in time."""
+    outcomes = []
+    for delay in CANCEL_DELAYS:
+        case = approved_case()
+        barrier = threading.Barrier(2)
+        claim_result: dict = {}
+        cancel_result: dict = {}
+        observer = _CompareAndSetObserver()
+
+        def claim(case_id=case.pk, result=claim_result, barrier=barrier, observer=observer):
+            try:
+                connection.ensure_connection()
+                barrier.wait(timeout=10)
+                result["started"] = time.monotonic()
+                try:
+                    with connection.execute_wrapper(observer):
+                        result["won"] = case_claim(case_id=case_id, worker=WORKER).reference
+                except ClaimRefused as refusal:
+                    result["reason"] = refusal.extra.get("reason")
+                result["ended"] = time.monotonic()
+            except Exception as exc:  # noqa: BLE001 - reported by the main thread
+                result["error"] = repr(exc)
+            finally:
+                connections.close_all()
+
+        def cancel(case_id=case.pk, result=cancel_result, barrier=barrier, delay=delay):
+            try:
+                connection.ensure_connection()
+                barrier.wait(timeout=10)
+                time.sleep(delay)
+                result["started"] = time.monotonic()
+                after = case_cancel_request(
+                    case=Case(pk=case_id),
+                    actor=agent,
+                    reason="The customer no longer wants it",
+                    via="api",
+                )
+                result["status"] = after.status
+                result["ended"] = time.monotonic()
+            except Exception as exc:  # noqa: BLE001 - reported by the main thread
+                result["error"] = repr(exc)
+            finally:
+                connections.close_all()
+
+        threads = [threading.Thread(target=claim), threading.Thread(target=cancel)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert "error" not in claim_result, claim_result
+        assert "error" not in cancel_result, cancel_result
+
+        case.refresh_from_db()
+        attempts = Attempt.objects.filter(case=case).count()
+        cancellation = CancellationRequest.objects.get(case=case)
+        # The invariant: never an attempt on a cancelled case; exactly one side won.
+        assert not (attempts and case.status == Status.CANCELLED)
+        assert (attempts == 1) != (case.status == Status.CANCELLED)
+        if attempts:
+            assert claim_result.get("won") == f"{case.reference}-a1"
+            # The cancellation arrived after the claim: saved, pending, and the running
+            # attempt asked to stop (the "cancel lost" path; the evidence decides later).
+            assert case.status in {Status.APPLYING, Status.HELD}
+            assert cancellation.outcome == CancellationRequest.Outcome.PENDING
+            assert Attempt.objects.get(case=case).state == Attempt.State.CANCEL_REQUESTED
+            outcome = "claim"
+        else:
+            assert claim_result["reason"] in {"not_ready", "version_changed", "cancel_requested"}
+            assert cancellation.outcome == CancellationRequest.Outcome.CANCELLED
+            # A claim that got past its read and guards lost at the compare-and-set itself.
+            outcome = "cancel" if observer.rowcount is None else "cancel, claim lost at the CAS"
+        overlapped = (
+            claim_result["started"] < cancel_result["ended"]
+            and cancel_result["started"] < claim_result["ended"]
+        )
+        outcomes.append((delay, outcome, overlapped))
+
+    # Proof the two really raced: each side won at least once, and the calls overlapped.
+    assert any(o.startswith("claim") for _, o, _ in outcomes), outcomes
+    assert any(o.startswith("cancel") for _, o, _ in outcomes), outcomes
+    assert any(overlapped for _, _, overlapped in outcomes), outcomes
+    # ...and at least once the claim passed its read and every guard, then lost at the
+    # compare-and-set to the cancellation that committed in between.
+    assert any(o == "cancel, claim lost at the CAS" for _, o, _ in outcomes), outcomes
+
+
+# --- heartbeats and cancellation intents ---------------------------------------------------------
+
+
+def test_heartbeat_extends_the_lease_of_the_current_attempt_only(approved_case):
+    case = approved_case()
+    attempt = case_claim(case_id=case.pk, worker=WORKER)
+
+    time.sleep(0.01)
+    lease = attempt_heartbeat(attempt_id=attempt.pk, fencing_token=attempt.fencing_token)
+
+    fresh = Attempt.objects.get(pk=attempt.pk)
+    assert lease.expires_at == fresh.lease_expires_at > attempt.lease_expires_at
+    assert fresh.heartbeat_at > attempt.heartbeat_at
+    assert lease.cancel_requested is False
+    # Any other token is not this attempt's: refused, and the lease does not move.
+    with pytest.raises(StaleAttempt):
+        attempt_heartbeat(attempt_id=attempt.pk, fencing_token=attempt.fencing_token - 1)
+    assert Attempt.objects.get(pk=attempt.pk).lease_expires_at == fresh.lease_expires_at
+
+
+def test_heartbeat_after_the_lease_ran_out_tells_the_worker_to_stop(approved_case, settings):
+    settings.LEASES = {**settings.LEASES, "apply": {"lease_seconds": 0.3, "heartbeat_seconds": 0.1}}
+    case = approved_case()
+    attempt = case_claim(case_id=case.pk, worker=WORKER)
+    time.sleep(0.4)
+
+    # Before the watchdog has looked: the lease ran out, so the heartbeat cannot revive it.
+    with pytest.raises(StaleAttempt) as refused:
+        attempt_heartbeat(attempt_id=attempt.pk, fencing_token=attempt.fencing_token)
+    assert refused.value.extra["state"] == Attempt.State.RUNNING
+    assert Attempt.objects.get(pk=attempt.pk).lease_expires_at == attempt.lease_expires_at
+
+    # After the watchdog: the attempt is lease_expired for good.
+    assert attempts_expire_leases() == 1
+    with pytest.raises(StaleAttempt) as refused:
+        attempt_heartbeat(attempt_id=attempt.pk, fencing_token=attempt.fencing_token)
+    assert refused.value.extra["state"] == Attempt.State.LEASE_EXPIRED
+
+
+def test_heartbeat_of_a_fenced_attempt_is_refused(approved_case):
+    case = approved_case()
+    attempt = case_claim(case_id=case.pk, worker=WORKER)
+    with OrderSystemClient.from_settings() as client:
+        from cases.fencing import next_fencing_token
+
+        client.fence("ORD-7731", next_fencing_token())
+        assert run_attempt(attempt_id=attempt.pk, client=client, worker=WORKER) == "fenced"
+
+    with pytest.raises(StaleAttempt) as refused:
+        attempt_heartbeat(attempt_id=attempt.pk, fencing_token=attempt.fencing_token)
+    assert refused.value.extra["state"] == Attempt.State.FENCED
+
+
+def _refusing_client() -> OrderSystemClient:
+    """A client that fails the test if anything is sent to the order system."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise AssertionError(f"nothing may be sent, got {request.method} {request.url}")
+
+    return OrderSystemClient(
+        "http://orders.test", timeouts=TIMEOUTS, transport=httpx.MockTransport(handler)
+    )
+
+
+def test_cancellation_intent_reaches_the_worker_at_its_heartbeat(approved_case, live_orders, agent):
+    case = approved_case()
+    attempt = case_claim(case_id=case.pk, worker=WORKER)
+    case_cancel_request(case=case, actor=agent, reason="The customer cancelled", via="api")
+
+    lease = attempt_heartbeat(attempt_id=attempt.pk, fencing_token=attempt.fencing_token)
+    assert lease.cancel_requested is True
+
+    with _refusing_client() as client:
+        assert run_attempt(attempt_id=attempt.pk, client=client, worker=WORKER) == (
+            "cancel acknowledged"
+        )
+    attempt_acknowledge_cancel(attempt_id=attempt.pk, worker=WORKER)  # a second ack: no-op
+
+    stopped = Attempt.objects.get(pk=attempt.pk)
+    assert stopped.state == Attempt.State.STOPPED
+    assert stopped.finished_at is not None
+    assert stopped.submitted_at is None
+    events = CaseEvent.objects.filter(case=case, action="cases.attempt.worker_stopped")
+    assert events.count() == 1
+    assert events.get().detail["attempt"] == attempt.reference
+    with pytest.raises(StaleAttempt):
+        attempt_heartbeat(attempt_id=attempt.pk, fencing_token=attempt.fencing_token)
+    assert live_orders.state("ORD-7731")["operations"] == []
+
+
+def test_cancellation_while_applying_stops_the_worker_before_it_sends(
+    approved_case, live_orders, agent
+):
+    """The customer cancels after the claim but before the worker sent anything: the request is
+    saved, the worker learns of it at its heartbeat before the write and stops without sending,
+    and the case is not left 'applying' with no worker: it is cancelled (nothing was sent) or
+    held for its owner with a next check."""
+    case = approved_case()
+    attempt = case_claim(case_id=case.pk, worker=WORKER)
+
+    case_cancel_request(case=case, actor=agent, reason="The customer cancelled", via="api")
+
+    case.refresh_from_db()
+    assert case.status != Status.CANCELLED  # a worker holds it: the evidence decides
+    assert Attempt.objects.get(pk=attempt.pk).state == Attempt.State.CANCEL_REQUESTED
+    with OrderSystemClient.from_settings() as client:
+        outcome = run_attempt(attempt_id=attempt.pk, client=client, worker=WORKER)
+    assert live_orders.state("ORD-7731")["operations"] == [], outcome
+    assert outcome == "cancel acknowledged"
+    stopped = Attempt.objects.get(pk=attempt.pk)
+    assert stopped.state == Attempt.State.STOPPED
+    assert stopped.submitted_at is None
+    assert CaseEvent.objects.filter(case=case, action="cases.attempt.worker_stopped").exists()
+
+    case.refresh_from_db()
+    assert case.status in {Status.CANCELLED, Status.HELD}, (case.status, case.waiting_reason)
+    if case.status == Status.HELD:
+        assert case.next_check_at is not None
+    else:
+        assert CancellationRequest.objects.get(case=case).outcome == "cancelled"
+
+
+# --- query counts --------------------------------------------------------------------------------
+
+
+def _with_long_history(case: Case, lead, extra: int = 19) -> Case:
+    """Add ``extra`` evidence references, each with its audit event, through the service."""
+    for n in range(extra):
+        case.refresh_from_db()
+        evidence_record(
+            case=case,
+            expected_version=case.version,
+            actor=lead,
+            source_system=EvidenceReference.Source.EMAIL,
+            external_reference=f"msg-{n}",
+            kind="customer_message",
+            permitted_basis=EvidenceReference.Basis.CONTRACT,
+            summary=f"Customer message {n}",
+        )
+    case.refresh_from_db()
+    return case
+
+
+def _count(func) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        func()
+    return len(queries)
+
+
+def test_claim_query_count_does_not_grow_with_the_case_history(
+    approved_case, lead, django_assert_max_num_queries
+):
+    short = approved_case()
+    long = _with_long_history(approved_case(), lead)
+    assert (
+        CaseEvent.objects.filter(case=long).count()
+        >= CaseEvent.objects.filter(case=short).count() + 19
+    )
+    bound = CLAIM_QUERIES[connection.vendor]
+
+    with django_assert_max_num_queries(bound):
+        short_count = _count(lambda: case_claim(case_id=short.pk, worker=WORKER))
+    with django_assert_max_num_queries(bound):
+        long_count = _count(lambda: case_claim(case_id=long.pk, worker=WORKER))
+
+    assert short_count == long_count, (short_count, long_count)
+
+
+def test_recording_a_confirmed_apply_query_count_does_not_grow_with_the_case_history(
+    approved_case, lead, django_assert_max_num_queries
+):
+    short = approved_case()
+    long = _with_long_history(approved_case(), lead)
+    attempts = [case_claim(case_id=c.pk, worker=WORKER) for c in (short, long)]
+    bound = RECORD_APPLIED_QUERIES[connection.vendor]
+    counts = []
+
+    for attempt in attempts:
+        result = OperationResult(
+            operation_key=attempt.operation.key, status="applied", order_version=2, replayed=False
+        )
+        with django_assert_max_num_queries(bound):
+            counts.append(_count(lambda a=attempt, r=result: _record_applied(a, WORKER, r)))
+
+    assert counts[0] == counts[1], counts
+    for attempt in attempts:
+        operation = Operation.objects.get(pk=attempt.operation_id)
+        assert operation.confirmed_at is not None
+        assert operation.result_order_version == 2
+        assert Attempt.objects.get(pk=attempt.pk).last_confirmed_step == Attempt.Step.APPLIED
+
+
+def test_claim_on_a_claimed_case_is_refused_with_the_reason(approved_case, settings):
+    case = approved_case()
+    first = case_claim(case_id=case.pk, worker=WORKER)
+
+    with pytest.raises(ClaimRefused) as refused:
+        case_claim(case_id=case.pk, worker=Worker("worker:test:2"))
+
+    assert refused.value.extra["reason"] == "claimed"
+    assert first.reference in refused.value.detail
+    assert Attempt.objects.filter(case=case).count() == 1
+    lease = dt.timedelta(seconds=settings.LEASES["apply"]["lease_seconds"])
+    assert first.lease_expires_at - first.claimed_at == lease

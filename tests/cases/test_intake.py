@@ -1,0 +1,221 @@
+"""Intake: one customer request opens exactly one case, however often or concurrently it arrives."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+
+import pytest
+from django.db import IntegrityError, connection
+
+from cases.exceptions import ActionNotPermitted, InvalidCaseInput
+from cases.models import Case, CaseEvent, CustomerAccount, Status, WaitingOn
+from cases.services import SYSTEM, case_intake
+
+FRIDAY = dt.date(2030, 1, 4)
+
+
+def _intake(account, actor=SYSTEM, key="email-1", **extra):
+    fields = {"order_id": "ORD-7731", "requested_date": FRIDAY, **extra}
+    return case_intake(actor=actor, account=account, request_key=key, **fields)
+
+
+def test_same_request_key_twice_opens_one_case(account, writes):
+    first, created_first = _intake(account)
+    after_first = writes()
+    second, created_second = _intake(account, order_id="ORD-OTHER")
+
+    assert (created_first, created_second) == (True, False)
+    assert second.pk == first.pk
+    assert second.reference == first.reference
+    assert second.order_id == "ORD-7731"  # the repeat changes nothing
+    assert writes() == after_first == (1, 2)
+
+
+def test_same_request_key_on_another_account_opens_another_case(account, team):
+    other = CustomerAccount.objects.create(
+        reference="ACC-101", name="Eastwind", team=team, verified=True
+    )
+    first, _ = _intake(account)
+    second, created = _intake(other)
+
+    assert created is True
+    assert second.pk != first.pk
+
+
+def test_case_references_are_sequential(account):
+    first, _ = _intake(account, key="a")
+    second, _ = _intake(account, key="b")
+
+    assert second.number == first.number + 1
+    assert first.reference == f"D-{first.number}"
+    assert second.reference == f"D-{second.number}"
+
+
+def test_intake_for_verified_account_writes_created_and_source_check_events(account, lead, backup):
+    case, _ = _intake(account)
+
+    events = list(CaseEvent.objects.filter(case=case).order_by("id"))
+    assert [(e.action, e.from_status, e.to_status, e.version) for e in events] == [
+        ("cases.case.created", "", Status.NEW, 1),
+        ("cases.case.transitioned", Status.NEW, Status.WAITING_SOURCE, 2),
+    ]
+    assert {e.actor_label for e in events} == {"system"}
+    assert all(e.actor is None for e in events)
+    assert events[0].detail == {"request_key": "email-1", "order_id": "ORD-7731"}
+    assert events[1].detail["transition"] == "request_source_check"
+    case.refresh_from_db()
+    assert case.version == events[-1].version == 2
+    assert case.status == Status.WAITING_SOURCE
+    assert case.waiting_on == WaitingOn.ORDER_SYSTEM
+    assert case.next_check_at is not None
+    assert (case.owner, case.backup) == (lead, backup)
+
+
+def test_intake_for_unverified_account_stays_new_with_one_event(account):
+    CustomerAccount.objects.filter(pk=account.pk).update(verified=False)
+    account.refresh_from_db()
+
+    case, _ = _intake(account)
+
+    events = list(CaseEvent.objects.filter(case=case))
+    assert [(e.action, e.version) for e in events] == [("cases.case.created", 1)]
+    case.refresh_from_db()
+    assert (case.status, case.version, case.waiting_on) == (Status.NEW, 1, WaitingOn.OWNER)
+
+
+def test_intake_by_a_person_records_them_as_the_actor(account, agent):
+    case, created = _intake(account, actor=agent)
+
+    assert created is True
+    assert set(CaseEvent.objects.filter(case=case).values_list("actor", "actor_label")) == {
+        (agent.pk, "agent")
+    }
+
+
+def test_auditor_cannot_open_a_case(account, auditor, writes):
+    with pytest.raises(ActionNotPermitted):
+        _intake(account, actor=auditor)
+
+    assert writes() == (0, 0)
+
+
+def test_member_of_another_team_cannot_open_a_case_for_this_team(account, outsider, writes):
+    with pytest.raises(ActionNotPermitted):
+        _intake(account, actor=outsider)
+
+    assert writes() == (0, 0)
+
+
+def test_intake_for_team_without_owner_is_refused(other_team, writes):
+    orphan = CustomerAccount.objects.create(
+        reference="ACC-300", name="Orphan", team=other_team, verified=True
+    )
+
+    with pytest.raises(InvalidCaseInput) as refused:
+        _intake(orphan)
+
+    assert "account" in refused.value.fields
+    assert writes() == (0, 0)
+
+
+# --- the race --------------------------------------------------------------------------------
+
+THREADS = 8
+ROUNDS = 5
+
+
+class _CaseInsertObserver:
+    """Notes whether this connection tried to insert a case and whether the insert lost.
+
+    A thread that sends ``INSERT INTO cases_case`` has got past the "is there a case for this
+    key already?" check; one whose insert then fails with IntegrityError lost the race to the
+    unique constraint.
+    """
+
+    def __init__(self):
+        self.inserted = False
+        self.lost_to_constraint = False
+
+    def __call__(self, execute, sql, params, many, context):
+        is_case_insert = sql.startswith('INSERT INTO "cases_case" ')
+        self.inserted = self.inserted or is_case_insert
+        try:
+            return execute(sql, params, many, context)
+        except IntegrityError:
+            if is_case_insert:
+                self.lost_to_constraint = True
+            raise
+
+
+def _race(account, key: str) -> list[dict]:
+    barrier = threading.Barrier(THREADS)
+    results: list[dict] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def run():
+        observer = _CaseInsertObserver()
+        try:
+            connection.ensure_connection()  # connect before the barrier, not after it
+            barrier.wait(timeout=30)
+            with connection.execute_wrapper(observer):
+                case, created = case_intake(
+                    actor=SYSTEM,
+                    account=account,
+                    request_key=key,
+                    order_id="ORD-7731",
+                    requested_date=FRIDAY,
+                )
+            with lock:
+                results.append(
+                    {
+                        "pk": case.pk,
+                        "created": created,
+                        "inserted": observer.inserted,
+                        "lost": observer.lost_to_constraint,
+                    }
+                )
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            with lock:
+                errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors
+    assert len(results) == THREADS
+    return results
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_intake_of_one_request_key_opens_one_case(account):
+    """Eight threads submit the same request at once: one case, one creator, and the losers
+    return the winner's case after losing to the unique constraint."""
+    contended_rounds = 0
+    for round_no in range(ROUNDS):
+        key = f"race-{round_no}"
+        results = _race(account, key)
+
+        assert Case.objects.filter(account=account, request_key=key).count() == 1
+        case = Case.objects.get(account=account, request_key=key)
+        assert {r["pk"] for r in results} == {case.pk}
+        assert sum(r["created"] for r in results) == 1
+        assert CaseEvent.objects.filter(case=case, action="cases.case.created").count() == 1
+        assert CaseEvent.objects.filter(case=case).count() == 2
+        # Every thread that reached the insert but did not create the case lost to the
+        # constraint (and returned the winner's case), and no thread lost twice.
+        inserted = [r for r in results if r["inserted"]]
+        assert [r for r in inserted if not r["created"]] == [r for r in results if r["lost"]]
+        if len(inserted) > 1:
+            contended_rounds += 1
+
+    # Proof that the race was real: in at least one round more than one thread got past the
+    # "existing?" check and reached the INSERT at the same time.
+    assert contended_rounds >= 1
+    assert Case.objects.count() == ROUNDS

@@ -1,0 +1,145 @@
+"""Shared helpers for the order system's tests (imported by tests and ``conftest``)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import threading
+from datetime import UTC, date, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from django.conf import settings as django_settings
+
+from orders.grants import grant_issue
+from orders.models import Account, AppliedOperation, Order, OutboxEvent, Slot
+
+ORDER_ID = "ORD-1"
+ACCOUNT_ID = "ACC-1"
+TODAY = date(2031, 3, 3)
+CURRENT_DATE = TODAY + timedelta(days=3)
+FREE_DATE = TODAY + timedelta(days=5)
+FULL_DATE = TODAY + timedelta(days=6)
+INITIAL_FENCE = 3
+
+
+def make_grant(
+    *,
+    operation_key: str,
+    order_id: str = ORDER_ID,
+    change: dict | None = None,
+    approval_id: str = "AP-9",
+    expires_at: datetime | None = None,
+    key: str | None = None,
+) -> str:
+    return grant_issue(
+        key=key if key is not None else django_settings.APPROVAL_GRANT_KEY,
+        approval_id=approval_id,
+        operation_key=operation_key,
+        order_id=order_id,
+        change=change if change is not None else {"delivery_date": FREE_DATE.isoformat()},
+        expires_at=expires_at or datetime.now(UTC) + timedelta(hours=1),
+    )
+
+
+def operation_body(
+    *,
+    operation_key: str = "DATE-1-1",
+    delivery_date: date = FREE_DATE,
+    expected_version: int = 1,
+    fencing_token: int = 7,
+    order_id: str = ORDER_ID,
+    grant: str | None = None,
+) -> dict:
+    """A valid request body (the grant matches it) unless the caller overrides a part."""
+    change = {"delivery_date": delivery_date.isoformat()}
+    return {
+        "operation_key": operation_key,
+        "change": change,
+        "expected_version": expected_version,
+        "fencing_token": fencing_token,
+        "approval_grant": grant
+        if grant is not None
+        else make_grant(operation_key=operation_key, order_id=order_id, change=change),
+    }
+
+
+def seed_rows() -> None:
+    """ACC-1 with ORD-1 on CURRENT_DATE (version 1, fence 3); one free and one full slot."""
+    account = Account.objects.create(account_id=ACCOUNT_ID, name="Northwind", access_active=True)
+    Order.objects.create(
+        order_id=ORDER_ID,
+        account=account,
+        delivery_date=CURRENT_DATE,
+        version=1,
+        fence_token=INITIAL_FENCE,
+    )
+    Slot.objects.create(date=CURRENT_DATE, capacity=5, taken=1)
+    Slot.objects.create(date=FREE_DATE, capacity=5, taken=0)
+    Slot.objects.create(date=FULL_DATE, capacity=1, taken=1)
+
+
+def snapshot() -> dict:
+    """Every row the order system holds, for "nothing changed" assertions."""
+    return {
+        "accounts": list(Account.objects.order_by("pk").values()),
+        "orders": list(Order.objects.order_by("pk").values()),
+        "slots": list(Slot.objects.order_by("date").values("date", "capacity", "taken")),
+        "operations": list(AppliedOperation.objects.order_by("pk").values()),
+        "events": list(OutboxEvent.objects.order_by("pk").values()),
+    }
+
+
+class Api:
+    """The order system's HTTP surface through Django's test client, JSON in and out."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+
+    def post(self, path: str, body: object = None):
+        return self.client.post(path, data=body or {}, content_type="application/json")
+
+    def get(self, path: str, **params):
+        return self.client.get(path, params)
+
+    def delete(self, path: str):
+        return self.client.delete(path)
+
+    def apply(self, body: dict, order_id: str = ORDER_ID):
+        return self.post(f"/orders/{order_id}/operations", body)
+
+
+class Receiver:
+    """A loopback HTTP receiver that answers 500 to the first ``fail_first`` POSTs, then 202."""
+
+    def __init__(self, fail_first: int = 1) -> None:
+        self.fail_first = fail_first
+        self.received: list[tuple[dict[str, str], bytes]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.received.append((dict(self.headers), body))
+                failing = len(receiver.received) <= receiver.fail_first
+                self.send_response(500 if failing else 202)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/api/hooks/orders/"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Receiver:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def signature_of(body: bytes, secret: str) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()

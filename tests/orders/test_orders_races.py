@@ -1,0 +1,117 @@
+"""Concurrent submissions on PostgreSQL: real threads, real row locks, exactly one change.
+
+The main thread holds the order's row lock while the workers start, and releases it only once
+PostgreSQL reports every worker waiting on a lock -- so each run proves the submissions
+overlapped and were serialised by the lock (a missing ``select_for_update`` fails the wait).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+from django.db import connection, connections, transaction
+
+from orders.exceptions import Refused
+from orders.models import AppliedOperation, Order, OutboxEvent, Slot
+from orders.services import operation_apply, operation_request_parse
+from tests.orders.helpers import CURRENT_DATE, FREE_DATE, ORDER_ID, operation_body, seed_rows
+
+WORKERS = 8
+
+pytestmark = [
+    pytest.mark.postgres_only,
+    pytest.mark.skipif(
+        connection.vendor != "postgresql",
+        reason="Row-lock races need PostgreSQL: SQLite ignores select_for_update and "
+        "serialises every writer, so a race there proves nothing.",
+    ),
+]
+
+
+def _submit(body: dict) -> tuple[int, str]:
+    request = operation_request_parse(order_id=ORDER_ID, body=body)
+    try:
+        outcome = operation_apply(request=request)
+    except Refused as refusal:
+        return refusal.status, refusal.code
+    return outcome.status, "replayed" if outcome.body.get("replayed") else "applied"
+
+
+def _waiting_on_locks() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0]
+
+
+def race(bodies: list[dict]) -> tuple[list[tuple[int, str]], int]:
+    """Submit every body from its own thread at once; return the answers and the most
+    workers seen waiting on a lock together."""
+    results: list[tuple[int, str] | BaseException] = [None] * len(bodies)
+    barrier = threading.Barrier(len(bodies) + 1)
+
+    def work(index: int) -> None:
+        try:
+            barrier.wait(timeout=10)
+            results[index] = _submit(bodies[index])
+        except BaseException as error:  # reported by the main thread
+            results[index] = error
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(bodies))]
+    for thread in threads:
+        thread.start()
+    most_waiting = 0
+    with transaction.atomic():
+        Order.objects.select_for_update().get(pk=ORDER_ID)
+        barrier.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while most_waiting < len(bodies) and time.monotonic() < deadline:
+            most_waiting = max(most_waiting, _waiting_on_locks())
+            time.sleep(0.02)
+    for thread in threads:
+        thread.join(timeout=30)
+    errors = [result for result in results if isinstance(result, BaseException)]
+    assert not errors, errors
+    return results, most_waiting
+
+
+@pytest.mark.django_db(transaction=True)
+def test_same_operation_with_different_tokens_applies_exactly_once():
+    seed_rows()
+    bodies = [operation_body(fencing_token=10 + i) for i in range(WORKERS)]
+
+    results, most_waiting = race(bodies)
+
+    assert most_waiting == WORKERS  # every worker was blocked on the row lock at once
+    assert Counter(results) == {(201, "applied"): 1, (200, "replayed"): WORKERS - 1}
+    order = Order.objects.get(pk=ORDER_ID)
+    operation = AppliedOperation.objects.get()
+    assert (order.version, order.delivery_date) == (2, FREE_DATE)
+    assert order.fence_token == operation.fencing_token
+    assert OutboxEvent.objects.count() == 1
+    assert Slot.objects.get(date=FREE_DATE).taken == 1
+    assert Slot.objects.get(date=CURRENT_DATE).taken == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_different_operations_against_one_order_version_apply_exactly_once():
+    seed_rows()
+    # One token for all, so every loser meets the version check rather than the fence.
+    bodies = [operation_body(operation_key=f"DATE-1-{i}", fencing_token=10) for i in range(WORKERS)]
+
+    results, most_waiting = race(bodies)
+
+    assert most_waiting == WORKERS
+    assert Counter(results) == {(201, "applied"): 1, (409, "version_conflict"): WORKERS - 1}
+    assert Order.objects.get(pk=ORDER_ID).version == 2
+    assert AppliedOperation.objects.count() == 1
+    assert OutboxEvent.objects.count() == 1
+    assert Slot.objects.get(date=FREE_DATE).taken == 1

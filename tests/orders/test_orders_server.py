@@ -1,0 +1,131 @@
+"""The order system as its own process (``python -m orders serve``) through the test harness."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import httpx
+import pytest
+
+from tests.orders.helpers import FREE_DATE, Receiver, make_grant, signature_of
+from tests.support.order_system import (
+    DEFAULT_GRANT_KEY,
+    DEFAULT_WEBHOOK_SECRET,
+    OrderSystemProcess,
+)
+
+pytestmark = pytest.mark.order_system
+
+ORDER = "ORD-9"
+
+
+def seed(system: OrderSystemProcess) -> None:
+    system.seed(
+        accounts=[{"account_id": "ACC-9", "name": "Bakery", "access_active": True}],
+        orders=[{"order_id": ORDER, "account_id": "ACC-9", "delivery_date": "2031-03-06"}],
+        slots=[
+            {"date": "2031-03-06", "capacity": 5, "taken": 1},
+            {"date": FREE_DATE.isoformat(), "capacity": 5},
+        ],
+    )
+
+
+def body(key: str = "DATE-9-1", token: int = 5) -> dict:
+    change = {"delivery_date": FREE_DATE.isoformat()}
+    grant = make_grant(operation_key=key, order_id=ORDER, change=change, key=DEFAULT_GRANT_KEY)
+    return {
+        "operation_key": key,
+        "change": change,
+        "expected_version": 1,
+        "fencing_token": token,
+        "approval_grant": grant,
+    }
+
+
+def test_a_response_dropped_after_commit_leaves_the_change_applied(order_system):
+    seed(order_system)
+    order_system.set_fault("drop_after_commit", path_prefix=f"/orders/{ORDER}/operations")
+    request = body()
+
+    with pytest.raises(httpx.RemoteProtocolError):
+        httpx.post(f"{order_system.base_url}/orders/{ORDER}/operations", json=request, timeout=5)
+
+    state = order_system.state(ORDER)
+    assert state["order"]["version"] == 2
+    assert [op["operation_key"] for op in state["operations"]] == ["DATE-9-1"]
+    # The caller settles the unknown effect: the consistent lookup and a replay both say applied.
+    lookup = order_system.client.get("/operations/DATE-9-1")
+    replay = order_system.client.post(f"/orders/{ORDER}/operations", json=request)
+    assert lookup.json()["order_version"] == 2
+    assert replay.status_code == 200
+    assert replay.json() == {
+        "operation_key": "DATE-9-1",
+        "status": "applied",
+        "order_version": 2,
+        "replayed": True,
+    }
+
+
+def test_a_delay_after_commit_times_the_caller_out_with_the_change_applied(order_system):
+    seed(order_system)
+    order_system.set_fault("delay_after_commit", seconds=1.0)
+
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(
+            f"{order_system.base_url}/orders/{ORDER}/operations",
+            json=body(),
+            timeout=httpx.Timeout(0.3, connect=2.0),
+        )
+
+    assert order_system.state(ORDER)["order"]["version"] == 2
+
+
+def test_fail_before_commit_and_unavailable_over_http(order_system):
+    seed(order_system)
+    order_system.set_fault("fail_before_commit", retry_after=1)
+    failed = order_system.client.post(f"/orders/{ORDER}/operations", json=body())
+    order_system.set_fault("unavailable", path_prefix="/orders/")
+    unavailable = order_system.client.get(f"/orders/{ORDER}")
+
+    assert (failed.status_code, failed.headers["Retry-After"]) == (503, "1")
+    assert unavailable.status_code == 503
+    assert order_system.state(ORDER)["operations"] == []
+    assert order_system.client.post(f"/orders/{ORDER}/operations", json=body()).status_code == 201
+
+
+def test_the_server_delivers_webhooks_and_retries_a_failed_delivery():
+    with (
+        Receiver(fail_first=1) as receiver,
+        OrderSystemProcess(
+            webhook_url=receiver.url,
+            extra_env={
+                "ORDERS_WEBHOOK_BACKOFF_SECONDS": "0.2",
+                "ORDERS_DELIVERY_POLL_SECONDS": "0.1",
+            },
+        ) as system,
+    ):
+        seed(system)
+        assert system.client.post(f"/orders/{ORDER}/operations", json=body()).status_code == 201
+        deadline = time.monotonic() + 10
+        events = system.outbox()
+        while not events[0]["delivered_at"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+            events = system.outbox()
+
+    assert len(receiver.received) == 2
+    (first_headers, first_body), (second_headers, second_body) = receiver.received
+    assert first_body == second_body
+    assert first_headers["X-Orders-Event-Id"] == second_headers["X-Orders-Event-Id"]
+    assert second_headers["X-Orders-Signature"] == signature_of(second_body, DEFAULT_WEBHOOK_SECRET)
+    assert events[0]["event_id"] == first_headers["X-Orders-Event-Id"]
+    assert events[0]["attempts"] == 2
+    assert events[0]["last_error"].startswith("HTTP 500")
+
+
+def test_sigterm_stops_the_server_cleanly():
+    system = OrderSystemProcess().start()
+    process = system._process
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=10) == 0
+    system.stop()

@@ -1,0 +1,529 @@
+"""Inbound order events: signed receipts stored once by event id, processing tracked apart.
+
+Webhooks arrive at least once, in any order, and are resent by hand. These tests post raw
+signed bytes to ``/api/hooks/orders/`` the way the reference order system does
+(``orders/outbox.py``) and check what is stored, what is processed, and what cases do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import hmac
+import json
+import time
+
+import httpx
+import pytest
+from django.db import transaction
+from django.test import Client
+from django.utils import timezone
+
+from approvals.models import Approval, Operation, Proposal
+from approvals.services import live_approval, proposal_approve, proposal_prepare
+from cases.models import Case, CaseEvent, EvidenceReference, Status
+from cases.services import SYSTEM, apply_transition, lock_case
+from reconciliation import inbound
+from reconciliation.client import OrderSystemClient
+from reconciliation.models import InboundEvent
+from reconciliation.sources import source_check
+from reconciliation.tasks_inbound import process_event, retry_failed_events
+from tests.support.order_system import DEFAULT_GRANT_KEY, DEFAULT_WEBHOOK_SECRET
+
+URL = "/api/hooks/orders/"
+ORDER = "ORD-7731"
+TIMEOUTS = {"connect": 1.0, "read": 2.0, "write": 2.0, "pool": 1.0}
+
+
+@pytest.fixture(autouse=True)
+def _holdfast_settings(settings):
+    settings.ORDER_WEBHOOK_SECRET = DEFAULT_WEBHOOK_SECRET
+    settings.APPROVAL_GRANT_KEY = DEFAULT_GRANT_KEY
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def enqueued(monkeypatch) -> list[tuple]:
+    """Work handed to django-q2, recorded instead of queued."""
+    calls: list[tuple] = []
+    monkeypatch.setattr("cases.scheduling.enqueue", lambda func, *args: calls.append((func, *args)))
+    return calls
+
+
+@pytest.fixture
+def run_queued(enqueued, django_capture_on_commit_callbacks):
+    """Run the processing tasks queued so far, as a django-q2 worker would (their own
+    on-commit work is recorded in ``enqueued``); returns their results."""
+
+    def run() -> list[str]:
+        queued = [args[0] for func, *args in enqueued if func == inbound.PROCESS_TASK]
+        enqueued[:] = [call for call in enqueued if call[0] != inbound.PROCESS_TASK]
+        with django_capture_on_commit_callbacks(execute=True):
+            return [process_event(pk) for pk in queued]
+
+    return run
+
+
+@pytest.fixture
+def deliver(db, run_queued, django_capture_on_commit_callbacks):
+    """POST one event as the order system does; returns the response. ``run=True`` then runs
+    the processing tasks the delivery queued (as a django-q2 worker would)."""
+
+    def post(body: bytes, *, signature: str | None = None, run: bool = True, **headers):
+        if signature is None:
+            signature = sign(body)
+        extra = {"HTTP_X_ORDERS_SIGNATURE": signature} if signature else {}
+        with contextlib.suppress(ValueError, KeyError):
+            extra["HTTP_X_ORDERS_EVENT_ID"] = json.loads(body)["event_id"]
+        extra.update(headers)
+        with django_capture_on_commit_callbacks(execute=True):
+            response = Client().post(URL, data=body, content_type="application/json", **extra)
+        if run:
+            run_queued()
+        return response
+
+    return post
+
+
+def event_bytes(event_id: str, order_version: int, *, order_id: str = ORDER, **fields) -> bytes:
+    payload = {
+        "event_id": event_id,
+        "type": "order.updated",
+        "order_id": order_id,
+        "order_version": order_version,
+        "occurred_at": "2026-03-02T09:15:00Z",
+        **fields,
+    }
+    return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+
+
+def sign(body: bytes, secret: str = DEFAULT_WEBHOOK_SECRET) -> str:
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def reload(case: Case) -> Case:
+    return Case.objects.get(pk=case.pk)
+
+
+def event_evidence(case: Case):
+    return EvidenceReference.objects.filter(case=case, kind="order_event")
+
+
+# --- a case taken to 'ready' through the services, reading the order from a mock source -------
+
+
+def mock_source(*, version: int, account_id: str = "ACC-100") -> OrderSystemClient:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.startswith("/orders/"):
+            delivery = timezone.localdate() + dt.timedelta(days=3)
+            return httpx.Response(
+                200,
+                json={
+                    "order_id": request.url.path.rsplit("/", 1)[-1],
+                    "account_id": account_id,
+                    "delivery_date": str(delivery),
+                    "version": version,
+                },
+            )
+        return httpx.Response(404, json={"error": "not_found", "detail": "no such path"})
+
+    return OrderSystemClient(
+        "http://orders.test", timeouts=TIMEOUTS, transport=httpx.MockTransport(handler)
+    )
+
+
+@pytest.fixture
+def ready_case(make_case, agent, approver):
+    """Order read at version 1, proposal prepared by the agent, approved by the approver."""
+
+    def make(**overrides) -> tuple[Case, Proposal, Approval]:
+        case = make_case(**overrides)
+        with mock_source(version=1) as client:
+            assert source_check(case_id=case.pk, client=client) == "checked"
+        proposal = proposal_prepare(case=reload(case), actor=agent)
+        approval = proposal_approve(proposal=proposal, actor=approver)
+        case = reload(case)
+        assert case.status == Status.READY
+        assert case.last_checked_order_version == 1
+        return case, proposal, approval
+
+    return make
+
+
+# --- receipt --------------------------------------------------------------------------------
+
+
+def test_bad_or_missing_signature_is_refused_and_nothing_is_stored(deliver, enqueued):
+    body = event_bytes("evt-1", 2)
+
+    answers = [
+        deliver(body, signature="sha256=" + "0" * 64),
+        deliver(body, signature=sign(body, secret="someone-elses-secret")),
+        deliver(body, signature=""),
+        deliver(body + b" ", signature=sign(body)),  # the bytes signed are not the bytes sent
+    ]
+
+    for response in answers:
+        assert response.status_code == 401
+        assert response.json()["error"] == "bad_signature"
+        assert response.json()["detail"]
+    assert InboundEvent.objects.count() == 0
+    assert enqueued == []
+
+
+def test_new_event_is_stored_pending_and_queued_after_commit(deliver, enqueued):
+    response = deliver(event_bytes("evt-1", 2), run=False)
+
+    assert response.status_code == 202
+    assert response.json() == {"event_id": "evt-1", "status": "stored", "processing": "pending"}
+    event = InboundEvent.objects.get()
+    assert (event.order_id, event.order_version, event.type) == (ORDER, 2, "order.updated")
+    assert event.occurred_at == dt.datetime(2026, 3, 2, 9, 15, tzinfo=dt.UTC)
+    assert event.body["event_id"] == "evt-1"
+    assert (event.processing, event.deliveries, event.attempts) == ("pending", 1, 0)
+    assert enqueued == [(inbound.PROCESS_TASK, event.pk)]
+
+
+def test_malformed_or_incomplete_event_is_invalid_and_not_stored(deliver):
+    not_json = b"{not json"
+    missing = json.dumps({"event_id": "evt-2", "type": "order.updated"}).encode()
+    wrong_types = event_bytes("evt-3", "7", occurred_at="yesterday")
+
+    bad_json = deliver(not_json)
+    incomplete = deliver(missing)
+    mistyped = deliver(wrong_types)
+    header_mismatch = deliver(event_bytes("evt-4", 2), HTTP_X_ORDERS_EVENT_ID="evt-other")
+
+    assert bad_json.status_code == 400
+    assert bad_json.json()["error"] == "invalid"
+    assert incomplete.status_code == 400
+    assert set(incomplete.json()["fields"]) == {"order_id", "order_version", "occurred_at"}
+    assert set(mistyped.json()["fields"]) == {"order_version", "occurred_at"}
+    assert set(header_mismatch.json()["fields"]) == {"event_id"}
+    assert InboundEvent.objects.count() == 0
+
+
+def test_duplicate_delivery_is_stored_once_and_processed_once(deliver, make_case, enqueued):
+    case = make_case()
+    body = event_bytes("evt-1", 3)
+
+    first = deliver(body)
+    case_version = reload(case).version
+    second = deliver(body)
+
+    assert first.json()["status"] == "stored"
+    assert second.status_code == 202
+    assert second.json() == {
+        "event_id": "evt-1",
+        "status": "already_stored",
+        "processing": "processed",
+    }
+    event = InboundEvent.objects.get()
+    assert (event.deliveries, event.attempts, event.processing) == (2, 1, "processed")
+    assert enqueued == []  # a duplicate of a processed event queues nothing
+    assert event_evidence(case).count() == 1
+    assert reload(case).version == case_version
+    # Running the processing again by hand changes nothing either.
+    assert inbound.inbound_event_process(event_id="evt-1") == "processed"
+    assert event_evidence(case).count() == 1
+    event.refresh_from_db()
+    assert event.attempts == 1
+
+
+# --- processing -----------------------------------------------------------------------------
+
+
+def test_older_version_arriving_after_a_newer_one_changes_nothing(deliver, make_case):
+    case = make_case()
+
+    deliver(event_bytes("evt-v5", 5))
+    after_newer = reload(case)
+    deliver(event_bytes("evt-v4", 4))
+
+    older = InboundEvent.objects.get(event_id="evt-v4")
+    assert older.processing == "processed"
+    assert "stale" in older.outcome
+    assert "version 4" in older.outcome
+    assert list(event_evidence(case).values_list("order_version", flat=True)) == [5]
+    case = reload(case)
+    assert (case.version, case.status) == (after_newer.version, after_newer.status)
+
+
+def test_newer_order_version_invalidates_open_proposal_and_approval(deliver, ready_case, enqueued):
+    case, proposal, approval = ready_case()
+
+    deliver(event_bytes("evt-1", 2))
+
+    case = reload(case)
+    proposal.refresh_from_db()
+    approval.refresh_from_db()
+    assert case.status == Status.WAITING_SOURCE
+    assert proposal.status == Proposal.Status.INVALIDATED
+    assert "event evt-1" in proposal.status_reason
+    assert approval.revoked_at is not None
+    assert live_approval(case) is None
+    evidence = event_evidence(case).get()
+    assert (evidence.external_reference, evidence.order_version) == ("event:evt-1", 2)
+    assert evidence.source_system == "order_system"
+    assert evidence.permitted_basis == "contract"
+    event = InboundEvent.objects.get()
+    assert event.processing == "processed"
+    assert "invalidated" in event.outcome
+    assert enqueued == [("reconciliation.tasks.source_check", case.pk)]
+
+
+@pytest.mark.order_system
+def test_newer_order_version_invalidates_a_case_approved_against_the_live_source(
+    deliver, approved_case
+):
+    case = approved_case()
+    seen = case.last_checked_order_version
+    proposal = Proposal.objects.get(case=case, status=Proposal.Status.APPROVED)
+
+    deliver(event_bytes("evt-live-1", seen + 1))
+
+    case = reload(case)
+    proposal.refresh_from_db()
+    assert case.status == Status.WAITING_SOURCE
+    assert proposal.status == Proposal.Status.INVALIDATED
+    assert not Approval.objects.filter(proposal=proposal, revoked_at__isnull=True).exists()
+    assert event_evidence(case).get().order_version == seen + 1
+
+
+def test_held_case_is_not_moved_but_the_event_is_recorded(deliver, ready_case):
+    case, proposal, approval = ready_case()
+    with transaction.atomic():
+        apply_transition(lock_case(case.pk), "hold", actor=SYSTEM, reason="effect unknown")
+    held_version = reload(case).version
+
+    deliver(event_bytes("evt-1", 2))
+
+    case = reload(case)
+    proposal.refresh_from_db()
+    approval.refresh_from_db()
+    assert case.status == Status.HELD
+    assert proposal.status == Proposal.Status.APPROVED
+    assert approval.revoked_at is None
+    assert event_evidence(case).get().order_version == 2
+    recorded = CaseEvent.objects.filter(case=case).latest("id")
+    assert recorded.action == "reconciliation.order_event.recorded"
+    assert "reconciliation decides" in recorded.reason
+    assert case.version == held_version + 1
+
+
+def test_own_confirmed_change_coming_back_is_recorded_only(deliver, make_case):
+    case = make_case()
+    Operation.objects.create(
+        case=case,
+        key=f"DATE-{case.number}-1",
+        sequence=1,
+        order_id=ORDER,
+        delivery_date=case.requested_date,
+        confirmed_at=timezone.now(),
+        result_order_version=4,
+    )
+    version = reload(case).version
+
+    deliver(event_bytes("evt-own", 4))
+
+    event = InboundEvent.objects.get()
+    assert event.processing == "processed"
+    assert "own change" in event.outcome
+    assert event_evidence(case).count() == 0
+    assert reload(case).version == version
+
+
+def test_event_for_an_order_without_open_cases_is_processed_with_nothing_to_do(deliver):
+    deliver(event_bytes("evt-1", 2, order_id="ORD-NOBODY"))
+
+    event = InboundEvent.objects.get()
+    assert event.processing == "processed"
+    assert "No open case" in event.outcome
+
+
+# --- failures, resends and retries ----------------------------------------------------------
+
+
+@pytest.fixture
+def fail_once(monkeypatch):
+    """Make recording the evidence fail the first time (fault injection)."""
+    real = inbound.evidence_add
+    calls = {"n": 0}
+
+    def flaky(**kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("database hiccup")
+        return real(**kwargs)
+
+    monkeypatch.setattr("reconciliation.inbound.evidence_add", flaky)
+    return calls
+
+
+def test_failed_processing_is_visible_and_a_resend_gets_it_processed(
+    deliver, make_case, fail_once, run_queued
+):
+    case = make_case()
+    version = reload(case).version
+    body = event_bytes("evt-1", 3)
+
+    deliver(body)
+
+    event = InboundEvent.objects.get()
+    assert (event.processing, event.attempts) == ("failed", 1)
+    assert "database hiccup" in event.last_error
+    assert event.next_attempt_at is not None
+    assert event.processed_at is None
+    assert event_evidence(case).count() == 0
+    assert reload(case).version == version
+
+    resend = deliver(body, run=False)
+
+    assert resend.status_code == 202
+    assert resend.json() == {
+        "event_id": "evt-1",
+        "status": "already_stored",
+        "processing": "pending",
+    }
+    assert run_queued() == ["processed"]
+    event.refresh_from_db()
+    assert (event.processing, event.attempts, event.deliveries) == ("processed", 2, 2)
+    assert event.last_error == ""
+    assert event.processed_at is not None
+    assert event_evidence(case).count() == 1
+
+
+def test_retry_failed_events_retries_a_due_failed_event_only(deliver, make_case, fail_once):
+    case = make_case()
+    deliver(event_bytes("evt-1", 3))
+    event = InboundEvent.objects.get()
+    assert event.processing == "failed"
+
+    assert retry_failed_events() == {}  # not due yet: the backoff is respected
+
+    InboundEvent.objects.filter(pk=event.pk).update(
+        next_attempt_at=timezone.now() - dt.timedelta(seconds=1)
+    )
+    assert retry_failed_events() == {"processed": 1}
+    event.refresh_from_db()
+    assert (event.processing, event.attempts) == ("processed", 2)
+    assert event_evidence(case).count() == 1
+
+
+def test_processing_gives_up_after_the_attempt_limit_and_stays_failed(
+    deliver, make_case, monkeypatch
+):
+    make_case()
+
+    def broken(**kwargs):
+        raise RuntimeError("still broken")
+
+    monkeypatch.setattr("reconciliation.inbound.evidence_add", broken)
+    deliver(event_bytes("evt-1", 3))
+    InboundEvent.objects.update(attempts=inbound.MAX_ATTEMPTS - 1, next_attempt_at=timezone.now())
+
+    assert retry_failed_events() == {"failed": 1}
+
+    event = InboundEvent.objects.get()
+    assert (event.processing, event.attempts) == ("failed", inbound.MAX_ATTEMPTS)
+    assert event.next_attempt_at is None
+    assert "Gave up" in event.outcome
+    assert retry_failed_events() == {}
+
+
+def test_pending_event_whose_task_was_lost_is_swept_up(deliver, make_case, enqueued):
+    case = make_case()
+    deliver(event_bytes("evt-1", 3), run=False)
+    enqueued.clear()  # the queued task is lost
+    assert retry_failed_events() == {}  # within the grace period it is left to its task
+
+    InboundEvent.objects.update(next_attempt_at=timezone.now() - dt.timedelta(minutes=5))
+    assert retry_failed_events() == {"processed": 1}
+    assert event_evidence(case).count() == 1
+
+
+# --- admin ----------------------------------------------------------------------------------
+
+
+def test_lead_processes_a_failed_event_again_from_the_admin_and_an_agent_sees_none(
+    deliver, make_case, fail_once, lead, agent
+):
+    case = make_case()
+    deliver(event_bytes("evt-1", 3))
+    event = InboundEvent.objects.get()
+    assert event.processing == "failed"
+    changelist = "/admin/reconciliation/inboundevent/"
+
+    browser = Client()
+    browser.force_login(agent)
+    assert browser.get(changelist).status_code == 403
+
+    browser.force_login(lead)
+    page = browser.get(changelist)
+    assert page.status_code == 200
+    assert b"evt-1" in page.content
+    browser.post(changelist, {"action": "process_again", "_selected_action": [event.pk]})
+
+    event.refresh_from_db()
+    assert event.processing == "processed"
+    assert event_evidence(case).count() == 1
+
+
+# --- end to end: the reference order system delivering to a live Holdfast -------------------
+
+
+@pytest.mark.order_system
+@pytest.mark.django_db(transaction=True)
+def test_real_order_system_delivers_a_signed_event_that_is_stored_and_processed(make_case):
+    from reconciliation.grants import grant_issue
+    from tests.support.holdfast_server import serve_holdfast
+    from tests.support.order_system import OrderSystemProcess
+
+    new_date = timezone.localdate() + dt.timedelta(days=10)
+    with (
+        serve_holdfast() as holdfast_url,
+        OrderSystemProcess(
+            webhook_url=f"{holdfast_url}{URL}", extra_env={"ORDERS_DELIVERY_POLL_SECONDS": "0.1"}
+        ) as orders,
+    ):
+        orders.seed(
+            accounts=[{"account_id": "ACC-100", "name": "Northwind", "access_active": True}],
+            orders=[
+                {
+                    "order_id": ORDER,
+                    "account_id": "ACC-100",
+                    "delivery_date": str(timezone.localdate() + dt.timedelta(days=3)),
+                }
+            ],
+            slots=[{"date": str(new_date), "capacity": 5}],
+        )
+        case = make_case()
+        # Someone else changes the order at the order system.
+        grant = grant_issue(
+            operation_key="EXT-1",
+            order_id=ORDER,
+            delivery_date=new_date,
+            approval_id="AP-elsewhere",
+            expires_at=timezone.now() + dt.timedelta(hours=1),
+        )
+        with OrderSystemClient(orders.base_url, timeouts=TIMEOUTS) as client:
+            result = client.apply_operation(
+                ORDER,
+                operation_key="EXT-1",
+                delivery_date=new_date,
+                expected_version=1,
+                fencing_token=1,
+                approval_grant=grant,
+            )
+        deadline = time.monotonic() + 15
+        while not InboundEvent.objects.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    event = InboundEvent.objects.get()
+    assert (event.order_id, event.order_version) == (ORDER, result.order_version)
+    assert event.processing == "pending"
+    assert process_event(event.pk) == "processed"
+    evidence = event_evidence(case).get()
+    assert evidence.order_version == result.order_version
+    assert evidence.external_reference == f"event:{event.event_id}"

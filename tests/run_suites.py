@@ -1,0 +1,142 @@
+"""Run every test suite on every database and print one summary.
+
+``make test`` calls this. Suites: Holdfast (``config.settings``) and the reference order
+system (``orders.settings``), each on SQLite and, when a server answers, on PostgreSQL
+(``TEST_DATABASE_URL``, default ``postgres://postgres@127.0.0.1:5432/holdfast``). With
+``REQUIRE_POSTGRES=1`` an unreachable PostgreSQL fails the run instead of skipping it.
+Extra arguments are passed to every pytest invocation (e.g. ``-k claim -x``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_PG = "postgres://postgres@127.0.0.1:5432/holdfast"
+
+
+def postgres_url() -> str:
+    return os.environ.get("TEST_DATABASE_URL") or DEFAULT_PG
+
+
+def postgres_answers(url: str) -> tuple[bool, str]:
+    import psycopg
+
+    parts = urlsplit(url)
+    admin = urlunsplit(
+        (
+            parts.scheme.replace("postgres", "postgresql", 1)
+            if parts.scheme == "postgres"
+            else parts.scheme,
+            parts.netloc,
+            "/postgres",
+            "",
+            "",
+        )
+    )
+    try:
+        with psycopg.connect(admin, connect_timeout=3) as conn:
+            conn.execute("SELECT 1")
+        return True, ""
+    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
+        return False, str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+
+
+def with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, ""))
+
+
+def run_suite(title: str, args: list[str], env: dict[str, str], extra: list[str]) -> dict:
+    print(f"\n{'=' * 20} {title} {'=' * 20}", flush=True)
+    with tempfile.NamedTemporaryFile(suffix=".xml", delete=False) as tmp:
+        junit = tmp.name
+    started = time.monotonic()
+    code = subprocess.call(
+        [sys.executable, "-m", "pytest", *args, f"--junitxml={junit}", *extra],
+        cwd=ROOT,
+        env={**os.environ, **env},
+    )
+    counts = {
+        "title": title,
+        "code": code,
+        "seconds": time.monotonic() - started,
+        "passed": 0,
+        "failed": 0,
+        "skipped": 0,
+    }
+    try:
+        suite = ET.parse(junit).getroot()
+        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+        tests, failures, errors, skipped = (
+            int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")
+        )
+        counts.update(
+            passed=tests - failures - errors - skipped, failed=failures + errors, skipped=skipped
+        )
+    except (ET.ParseError, FileNotFoundError, AttributeError):
+        counts["failed"] = max(counts["failed"], 1 if code not in (0, 5) else 0)
+    finally:
+        Path(junit).unlink(missing_ok=True)
+    if code == 5:  # no tests collected: a broken suite, not a pass
+        counts["failed"] += 1
+    elif code != 0 and counts["failed"] == 0:
+        counts["failed"] = 1
+    return counts
+
+
+def main(extra: list[str]) -> int:
+    var = ROOT / "var"
+    var.mkdir(exist_ok=True)
+    sqlite_env = {
+        "DATABASE_URL": f"sqlite:///{var / 'test-holdfast.sqlite3'}",
+        "ORDERS_DATABASE_URL": f"sqlite:///{var / 'test-orders.sqlite3'}",
+        "TEST_DATABASE_URL": "",
+        "DJANGO_ENV": "test",
+    }
+    plans = [
+        ("Holdfast suite on SQLite", ["tests"], sqlite_env),
+        ("Order system suite on SQLite", ["--ds=orders.settings", "tests/orders"], sqlite_env),
+    ]
+    pg = postgres_url()
+    reachable, why = postgres_answers(pg)
+    require = os.environ.get("REQUIRE_POSTGRES", "") in {"1", "true", "yes"}
+    if reachable:
+        pg_env = {
+            "DATABASE_URL": pg,
+            "TEST_DATABASE_URL": pg,
+            "ORDERS_DATABASE_URL": with_database(pg, "holdfast_orders"),
+            "DJANGO_ENV": "test",
+        }
+        plans += [
+            ("Holdfast suite on PostgreSQL", ["tests"], pg_env),
+            ("Order system suite on PostgreSQL", ["--ds=orders.settings", "tests/orders"], pg_env),
+        ]
+    else:
+        print(f"PostgreSQL at {pg} does not answer: {why}", flush=True)
+    results = [run_suite(title, args, env, extra) for title, args, env in plans]
+    print(f"\n{'=' * 20} summary {'=' * 20}")
+    for r in results:
+        print(
+            f"{r['title']:<36} {r['passed']:>4} passed {r['failed']:>3} failed "
+            f"{r['skipped']:>3} skipped  {r['seconds']:6.1f}s"
+        )
+    missing_pg = not reachable
+    if missing_pg:
+        print("PostgreSQL suites: " + ("FAILED (REQUIRE_POSTGRES=1)" if require else "skipped"))
+    passed = sum(r["passed"] for r in results)
+    failed = sum(r["failed"] for r in results) + (1 if missing_pg and require else 0)
+    skipped = sum(r["skipped"] for r in results)
+    print(f"total: {passed} passed, {failed} failed, {skipped} skipped")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

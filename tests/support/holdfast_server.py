@@ -1,0 +1,49 @@
+"""Holdfast's own WSGI app served on a loopback port from a thread, for tests in which another
+process (the reference order system) must reach Holdfast over HTTP.
+
+pytest-django's ``live_server`` is avoided on purpose: its session-wide server thread left the
+test database half-flushed for the transactional tests after it on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from socketserver import ThreadingMixIn
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from django.core.wsgi import get_wsgi_application
+from django.db import connections
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the stdlib's signature
+        pass
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+@contextlib.contextmanager
+def serve_holdfast() -> Iterator[str]:
+    """Serve Holdfast on 127.0.0.1 (a free port) and yield its base URL."""
+    app = get_wsgi_application()
+
+    def application(environ, start_response):
+        try:
+            return app(environ, start_response)
+        finally:
+            connections.close_all()
+
+    server = make_server(
+        "127.0.0.1", 0, application, server_class=_ThreadingServer, handler_class=_QuietHandler
+    )
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
