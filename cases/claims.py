@@ -10,11 +10,15 @@ worker: the watchdog holds the case for reconciliation and never starts a replac
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import logging
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -30,6 +34,8 @@ from cases.services import (
     lock_case,
     record_event,
 )
+
+logger = logging.getLogger(__name__)
 
 
 class ClaimRefused(CaseError):
@@ -309,6 +315,37 @@ def attempt_heartbeat(*, attempt_id: int, fencing_token: int) -> Lease:
         expires,
         cancel_requested=attempt.state == Attempt.State.CANCEL_REQUESTED,
     )
+
+
+@contextlib.contextmanager
+def keep_alive(attempt: Attempt) -> Iterator[threading.Event]:
+    """Renew the attempt's lease every heartbeat interval while this thread waits on a long call.
+
+    Yields an event that is set if a heartbeat was refused (the lease was lost meanwhile): the
+    caller's result is then recorded as late evidence, never acted on as the current owner. A
+    paused or killed process stops heartbeating with it, so the lease still bounds it.
+    """
+    interval = float(settings.LEASES[attempt.kind]["heartbeat_seconds"])
+    stop, lost = threading.Event(), threading.Event()
+
+    def beat() -> None:
+        try:
+            while not stop.wait(interval):
+                attempt_heartbeat(attempt_id=attempt.pk, fencing_token=attempt.fencing_token)
+        except StaleAttempt:
+            lost.set()
+        except Exception:  # noqa: BLE001 - a failed heartbeat must not kill the worker
+            logger.exception("Heartbeat of %s failed", attempt.reference)
+        finally:
+            connection.close()  # this thread's own connection
+
+    thread = threading.Thread(target=beat, name=f"heartbeat {attempt.reference}", daemon=True)
+    thread.start()
+    try:
+        yield lost
+    finally:
+        stop.set()
+        thread.join(timeout=interval + 5)
 
 
 def attempt_acknowledge_cancel(*, attempt_id: int, worker: Worker) -> None:

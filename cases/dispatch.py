@@ -1,8 +1,10 @@
 """The dispatcher: enqueue due work once per case.
 
 A case is due when its ``next_check_at`` has passed. Enqueueing pushes ``next_check_at`` forward
-by a dispatch lease with a compare-and-set, so two dispatchers never enqueue the same case twice
-for the same due time; the task itself re-reads state and acts only through services.
+by the lease of that kind of work (``settings.LEASES``) with a compare-and-set, so two
+dispatchers never enqueue the same case twice for the same due time, and a task that died is
+dispatched again once its lease has passed. The task itself re-reads state and acts only through
+services.
 """
 
 from __future__ import annotations
@@ -19,16 +21,13 @@ from cases.scheduling import enqueue
 
 logger = logging.getLogger(__name__)
 
+# status -> (task, kind of work whose lease bounds it)
 TASK_FOR_STATUS = {
-    Status.WAITING_SOURCE: "reconciliation.tasks.source_check",
-    Status.PREPARING_PROPOSAL: "approvals.tasks.prepare_proposal",
-    Status.READY: "reconciliation.tasks.apply_case",
-    Status.HELD: "reconciliation.tasks.reconcile_case",
+    Status.WAITING_SOURCE: ("reconciliation.tasks.source_check", "source_check"),
+    Status.PREPARING_PROPOSAL: ("approvals.tasks.prepare_proposal", "prepare"),
+    Status.READY: ("reconciliation.tasks.apply_case", "apply"),
+    Status.HELD: ("reconciliation.tasks.reconcile_case", "reconcile"),
 }
-
-
-def task_for_status() -> dict[str, str]:
-    return {**TASK_FOR_STATUS, **getattr(settings, "DISPATCH_EXTRA_TASKS", {})}
 
 
 def dispatch_due(*, now: dt.datetime | None = None, limit: int = 200, run=None) -> int:
@@ -44,8 +43,7 @@ def dispatch_due(*, now: dt.datetime | None = None, limit: int = 200, run=None) 
         recover_after_restore(progress=logger.info)
     marker_advance()
     now = now or timezone.now()
-    tasks = task_for_status()
-    lease = dt.timedelta(seconds=settings.DISPATCH_LEASE_SECONDS)
+    tasks = TASK_FOR_STATUS
     picked: list[tuple[int, str]] = []
     with transaction.atomic():
         due = Case.objects.filter(status__in=list(tasks), next_check_at__lte=now).order_by(
@@ -54,11 +52,13 @@ def dispatch_due(*, now: dt.datetime | None = None, limit: int = 200, run=None) 
         if connection.vendor == "postgresql":
             due = due.select_for_update(skip_locked=True, of=("self",))
         for pk, status, next_check in due.values_list("pk", "status", "next_check_at")[:limit]:
+            func, kind = tasks[status]
+            lease = dt.timedelta(seconds=settings.LEASES[kind]["lease_seconds"])
             # Compare-and-set: only the dispatcher that moves this due time enqueues.
             if Case.objects.filter(pk=pk, next_check_at=next_check).update(
                 next_check_at=now + lease
             ):
-                picked.append((pk, tasks[status]))
+                picked.append((pk, func))
     for pk, func in picked:
         (run or enqueue)(func, pk)
     return len(picked)

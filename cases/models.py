@@ -457,13 +457,23 @@ class Case(FSMModelMixin, models.Model):
 
     @transition(
         field=status,
-        source=[*SENDABLE_STATUSES, Status.APPLYING, Status.NEEDS_ATTENTION, Status.HELD],
+        source=[*SENDABLE_STATUSES, Status.NEEDS_ATTENTION],
         target=Status.STOPPED,
+        conditions=[nothing_in_flight],
         permission="cases.lead_case",
         custom={"label": "Stop the work", "manual": True},
     )
     def stop(self):
-        """Access or context revoked and everything under the case settled."""
+        """Stop work on which nothing is in flight (revocation does the rest under its lock)."""
+
+    @transition(
+        field=status,
+        source=[Status.APPLYING, Status.HELD],
+        target=Status.STOPPED,
+        custom={"label": "Revoked and settled: stopped"},
+    )
+    def settle_stopped(self):
+        """Authority was revoked and what was in flight is settled with nothing applied."""
 
     def has_late_cancellation(self) -> bool:
         return self.cancellations.filter(outcome="after_change").exists()

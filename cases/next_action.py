@@ -100,6 +100,10 @@ def _follow_up(case: Case, now: dt.datetime) -> str:
     return f"Next check at {when}."
 
 
+def _join(first: str, second: str) -> str:
+    return f"{first}; {second}" if first else second
+
+
 def describe_next_action(case: Case, *, now: dt.datetime | None = None) -> NextAction:
     """Explain the case to someone who never saw the original conversation."""
     from cases.services import available_transitions, transition_meta
@@ -118,6 +122,18 @@ def describe_next_action(case: Case, *, now: dt.datetime | None = None) -> NextA
         )
     if case.last_error and case.status in {Status.NEEDS_ATTENTION, Status.HELD}:
         why = f"{why}; last error: {case.last_error}" if why else f"last error: {case.last_error}"
+    if case.revoked_at is not None and not case.is_terminal:
+        why = _join(
+            why,
+            f"authority revoked ({case.revocation_kind}): no new work is admitted "
+            "and what was in flight is being settled",
+        )
+    if case.cancellations.filter(outcome="pending").exists():
+        why = _join(
+            why,
+            "a cancellation request is recorded; it is honoured only once the "
+            "order system's evidence shows nothing was applied",
+        )
     return NextAction(
         headline=_HEADLINES[Status(case.status)],
         why_waiting=why,

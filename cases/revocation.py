@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 from django.utils import timezone
+from django_fsm import can_proceed
 
 from cases.models import Attempt, Case, CustomerAccount, Status, WaitingOn
 from cases.services import (
@@ -132,7 +133,7 @@ def _revoke_in_transaction(case: Case, actor: Actor, reason: str, kind: str) -> 
         if not active and not uncertain:
             apply_transition(
                 case,
-                "stop",
+                "stop" if can_proceed(case.stop) else "settle_stopped",
                 actor=actor,
                 reason=f"Authority revoked ({kind}) and nothing was in flight: stopped. {reason}",
                 waiting=(WaitingOn.NOBODY, ""),
@@ -200,7 +201,7 @@ def settle_after_stop(case: Case, actor: Actor, why: str) -> None:
         pending.update(outcome=CancellationRequest.Outcome.CANCELLED, settled_at=timezone.now())
         apply_transition(
             case,
-            "stop",
+            "settle_stopped",
             actor=actor,
             reason=f"{why}; authority was revoked, so the work is stopped with nothing applied",
             waiting=(WaitingOn.NOBODY, ""),

@@ -101,6 +101,7 @@ _WAITING_AFTER: dict[str, tuple[str, str]] = {
     "resume_steps": (WaitingOn.WORKER, "Proven applied; the steps after apply resume"),
     "reopen_for_reversal": (WaitingOn.OWNER, "Reversal proposed: it needs its own approval"),
     "settle_cancelled": (WaitingOn.NOBODY, ""),
+    "settle_stopped": (WaitingOn.NOBODY, ""),
     "escalate": (WaitingOn.OWNER, "Needs a person's decision"),
     "requeue": (WaitingOn.WORKER, "Back in the apply queue; every guard is checked again"),
     "cancel": (WaitingOn.NOBODY, ""),
@@ -251,6 +252,11 @@ def case_transition(
         case = lock_case(case)
         _require(actor, transition_meta(transition)["permission"], case, f"'{transition}'")
         _check_version(case, expected_version)
+        if transition == "request_source_check":
+            # The order is read again: any proposal rests on evidence about to be replaced.
+            from approvals.services import proposals_withdraw_open
+
+            proposals_withdraw_open(case, f"Source re-check requested: {reason.strip()}")
         due_now = transition in {"request_source_check", "requeue"}
         next_check = timezone.now() if due_now else False
         apply_transition(

@@ -224,22 +224,29 @@ if APPROVAL_MAX_MINUTES < APPROVAL_DEFAULT_MINUTES:
 RETRY_BASE_SECONDS = env_float("RETRY_BASE_SECONDS", 5.0, minimum=0.0)
 RETRY_MAX_SECONDS = env_float("RETRY_MAX_SECONDS", 600.0, minimum=1.0)
 RETRY_JITTER = env_float("RETRY_JITTER", 0.2, minimum=0.0)
-DISPATCH_LEASE_SECONDS = env_int("DISPATCH_LEASE_SECONDS", 120, minimum=5)
 
-# --- Leases per kind of work: how long a claim lasts without a heartbeat -------------------
+
+# --- Leases per kind of work -------------------------------------------------------------
+# lease_seconds: how long a claim (an apply attempt) or a dispatched task holds the case before
+# the watchdog / the dispatcher treat the worker as missing. heartbeat_seconds: how often a
+# running worker renews its lease, also during a long call to the order system.
+def _lease(kind: str, lease: float, heartbeat: float) -> dict[str, float]:
+    prefix = kind.upper()
+    values = {
+        "lease_seconds": env_float(f"{prefix}_LEASE_SECONDS", lease, minimum=0.5),
+        "heartbeat_seconds": env_float(f"{prefix}_HEARTBEAT_SECONDS", heartbeat, minimum=0.1),
+    }
+    if values["heartbeat_seconds"] >= values["lease_seconds"]:
+        raise ImproperlyConfigured(f"{prefix}: the heartbeat must come before the lease runs out.")
+    return values
+
+
 LEASES = {
-    "apply": {
-        "lease_seconds": env_float("APPLY_LEASE_SECONDS", 60.0, minimum=0.5),
-        "heartbeat_seconds": env_float("APPLY_HEARTBEAT_SECONDS", 15.0, minimum=0.1),
-    },
-    "reconcile": {
-        "lease_seconds": env_float("RECONCILE_LEASE_SECONDS", 120.0, minimum=0.5),
-        "heartbeat_seconds": env_float("RECONCILE_HEARTBEAT_SECONDS", 30.0, minimum=0.1),
-    },
+    "source_check": _lease("source_check", 60.0, 20.0),
+    "prepare": _lease("prepare", 60.0, 20.0),
+    "apply": _lease("apply", 60.0, 15.0),
+    "reconcile": _lease("reconcile", 120.0, 30.0),
 }
-for _kind, _lease in LEASES.items():
-    if _lease["heartbeat_seconds"] >= _lease["lease_seconds"]:
-        raise ImproperlyConfigured(f"{_kind}: the heartbeat must come before the lease runs out.")
 ATTEMPT_LIMIT = env_int("ATTEMPT_LIMIT", 5, minimum=1)
 # After a hold, how soon reconciliation looks first.
 HOLD_FIRST_CHECK_SECONDS = env_float("HOLD_FIRST_CHECK_SECONDS", 30.0, minimum=0.0)

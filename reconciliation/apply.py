@@ -26,6 +26,7 @@ from cases.claims import (
     attempt_acknowledge_cancel,
     attempt_heartbeat,
     case_claim,
+    keep_alive,
     record_slot_released,
 )
 from cases.models import (
@@ -111,14 +112,15 @@ def _apply(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
         return "stale: stopped before submitting"
     operation = attempt.operation
     try:
-        result = client.apply_operation(
-            operation.order_id,
-            operation_key=operation.key,
-            delivery_date=operation.delivery_date,
-            expected_version=proposal.evidence_order_version,
-            fencing_token=attempt.fencing_token,
-            approval_grant=approval.grant,
-        )
+        with keep_alive(attempt):
+            result = client.apply_operation(
+                operation.order_id,
+                operation_key=operation.key,
+                delivery_date=operation.delivery_date,
+                expected_version=proposal.evidence_order_version,
+                fencing_token=attempt.fencing_token,
+                approval_grant=approval.grant,
+            )
     except OrderSystemError as exc:
         return _record_refusal(attempt, worker, exc)
     return _record_applied(attempt, worker, result)

@@ -255,7 +255,7 @@ def _settle_absent(
             proposal.status = Proposal.Status.WITHDRAWN
             proposal.closed_at = now
             proposal.save(update_fields=["status", "closed_at"])
-        target = "stop" if case.revoked_at else "settle_cancelled"
+        target = "settle_stopped" if case.revoked_at else "settle_cancelled"
         apply_transition(
             case,
             target,
@@ -267,7 +267,7 @@ def _settle_absent(
     if case.revoked_at is not None:
         apply_transition(
             case,
-            "stop",
+            "settle_stopped",
             actor=actor,
             detail=detail,
             reason=f"Proven absent: {reason}. Authority was revoked; the work "
