@@ -107,7 +107,7 @@ class Proposal(models.Model):
         permissions = [("approve_proposal", "Can approve or reject proposals of their teams")]
 
     def __str__(self) -> str:
-        return f"Proposal #{self.pk} for {self.case_id}: {self.delivery_date}"
+        return f"Proposal #{self.pk} for {self.case.reference}: {self.delivery_date}"
 
     @property
     def is_open(self) -> bool:

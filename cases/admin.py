@@ -16,6 +16,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
+from django_fsm import can_proceed
 
 from approvals.admin import OperationInline, ProposalInline
 from approvals.services import live_approval
@@ -23,6 +24,7 @@ from cases import selectors, services
 from cases.admin_inlines import ReadOnlyInline
 from cases.exceptions import CaseError
 from cases.models import (
+    Attempt,
     AttentionCase,
     CancellationRequest,
     Case,
@@ -72,6 +74,25 @@ class EvidenceInline(ReadOnlyInline):
         "order_version",
         "summary",
         "recorded_by",
+    ]
+    readonly_fields = fields
+
+
+class AttemptInline(ReadOnlyInline):
+    model = Attempt
+    verbose_name_plural = "Attempts (one worker's claim each; tokens only ever grow)"
+    fields = [
+        "reference",
+        "operation",
+        "worker",
+        "fencing_token",
+        "state",
+        "claimed_at",
+        "heartbeat_at",
+        "lease_expires_at",
+        "submitted_at",
+        "last_confirmed_step",
+        "last_error",
     ]
     readonly_fields = fields
 
@@ -252,7 +273,14 @@ class CaseAdmin(admin.ModelAdmin):
         "retention_until",
         "legal_hold",
     ]
-    inlines = [ProposalInline, OperationInline, CancellationInline, EvidenceInline, CaseEventInline]
+    inlines = [
+        ProposalInline,
+        OperationInline,
+        AttemptInline,
+        CancellationInline,
+        EvidenceInline,
+        CaseEventInline,
+    ]
     actions = ["revoke_selected"]
     delete_confirmation_template = "admin/cases/case/delete_confirmation.html"
 
@@ -495,8 +523,10 @@ class CaseAdmin(admin.ModelAdmin):
             buttons.append(("authorize", "Start the apply (supervised)"))
         if case.status == "done" and worker and case.has_late_cancellation():
             buttons.append(("reversal", "Propose reversal (new proposal, new approval)"))
-        if not case.is_terminal and case.revoked_at is None and lead:
-            buttons.append(("withdraw", "Withdraw (revoke authority)"))
+        if not case.is_terminal and case.revoked_at is None and lead and not can_proceed(case.stop):
+            # With work in flight a plain stop is refused; withdrawing revokes authority and
+            # settles what is running (the plain "Stop the work" covers the rest).
+            buttons.append(("withdraw", "Withdraw (revoke authority, settle work in flight)"))
         if lead and case.purged_at is None:
             buttons.append(
                 (

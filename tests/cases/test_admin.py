@@ -199,7 +199,7 @@ def test_case_page_shows_backup_while_owner_away(as_lead, case, owner_away):
     response = as_lead.get(_change_url(case))
 
     content = response.content.decode()
-    assert "backup (backup while lead is away)" in content
+    assert "Bo Backup (backup), the named backup while Lena Lead is away" in content
     assert "Bo Backup (backup) is responsible for following up" in content
 
 
