@@ -226,6 +226,25 @@ def _submit(case: Case, proposal: Proposal, actor: Actor) -> None:
     )
 
 
+def proposal_prepare_by_hand(
+    *, case: Case, actor: Actor, delivery_date: dt.date, reason: str, expected_version: int
+) -> Proposal:
+    """A person prepares the proposal themselves, e.g. with a date the customer confirmed.
+
+    A date other than the one requested supersedes the current proposal and approval first;
+    the person who prepares it can never be the one who approves it.
+    """
+    with transaction.atomic():
+        case = case_change_intent(
+            case=case,
+            actor=actor,
+            delivery_date=delivery_date,
+            reason=reason or "Customer confirmed another date",
+            expected_version=expected_version,
+        )
+        return proposal_prepare(case=case, actor=actor, delivery_date=delivery_date)
+
+
 def proposal_submit(*, proposal: Proposal, actor: Actor) -> Proposal:
     with transaction.atomic():
         case = lock_case(proposal.case_id)

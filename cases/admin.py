@@ -661,7 +661,7 @@ class CaseAdmin(admin.ModelAdmin):
 
     def prepare_view(self, request, pk):
         """A person prepares the proposal by hand, e.g. with a date the customer confirmed."""
-        from approvals.services import case_change_intent, proposal_prepare
+        from approvals.services import proposal_prepare_by_hand
 
         case = self._scoped_case(request, pk)
         change_url = reverse("admin:cases_case_change", args=[case.pk])
@@ -671,15 +671,12 @@ class CaseAdmin(admin.ModelAdmin):
             return HttpResponseRedirect(change_url)
         data = form.cleaned_data
         try:
-            case = case_change_intent(
+            proposal = proposal_prepare_by_hand(
                 case=case,
                 actor=request.user,
                 delivery_date=data["delivery_date"],
-                reason=data["reason"] or "Customer confirmed another date",
+                reason=data["reason"],
                 expected_version=data["expected_version"],
-            )
-            proposal = proposal_prepare(
-                case=case, actor=request.user, delivery_date=data["delivery_date"]
             )
         except CaseError as exc:
             self.message_user(request, exc.detail, messages.ERROR)

@@ -152,21 +152,20 @@ class CaseViewSet(
     )
     @action(detail=True, methods=["post"])
     def proposals(self, request, reference=None):
-        from approvals.services import case_change_intent, proposal_prepare
+        from approvals.services import proposal_prepare_by_hand
 
         case = self.get_object()
         serializer = PrepareProposalSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        case = case_change_intent(
+        proposal = proposal_prepare_by_hand(
             case=case,
             actor=request.user,
             delivery_date=data["delivery_date"],
-            reason=data["reason"] or "Customer confirmed another date",
+            reason=data["reason"],
             expected_version=data["expected_version"],
         )
-        proposal_prepare(case=case, actor=request.user, delivery_date=data["delivery_date"])
-        return self._detail(case, status.HTTP_201_CREATED)
+        return self._detail(proposal.case, status.HTTP_201_CREATED)
 
     def _detail(self, case, http_status):
         fresh = (
