@@ -456,6 +456,8 @@ def approval_expire(*, case: Case, actor: Actor = None, now: dt.datetime | None 
         proposal = case.proposals.filter(status=Proposal.Status.APPROVED).first()
         if proposal is None:
             return False
+        if proposal.operation is not None and proposal.operation.confirmed_at is not None:
+            return False  # already applied: only notify and close remain, no approval needed
         if live_approval(case, now) is not None:
             return False
         expired = proposal_return_to_review(proposal, "Expired before it was applied")
@@ -485,6 +487,7 @@ def approvals_expire_due(now: dt.datetime | None = None) -> int:
             proposals__approvals__decision=Approval.Decision.APPROVED,
             proposals__approvals__revoked_at__isnull=True,
             proposals__approvals__expires_at__lte=now,
+            proposals__operation__confirmed_at__isnull=True,
         )
         .values_list("pk", flat=True)
         .distinct()

@@ -186,6 +186,11 @@ class TransitionForm(forms.Form):
     reason = forms.CharField(max_length=2000)
 
 
+class ExpectedVersionForm(forms.Form):
+    expected_version = forms.IntegerField(min_value=1)
+    reason = forms.CharField(required=False, max_length=500)
+
+
 class PrepareForm(forms.Form):
     expected_version = forms.IntegerField(widget=forms.HiddenInput)
     delivery_date = forms.DateField(
@@ -528,13 +533,11 @@ class CaseAdmin(admin.ModelAdmin):
             # settles what is running (the plain "Stop the work" covers the rest).
             buttons.append(("withdraw", "Withdraw (revoke authority, settle work in flight)"))
         if lead and case.purged_at is None:
+            # The button names the state it asks for: a stale page cannot flip a hold back.
             buttons.append(
-                (
-                    "legal_hold",
-                    "Lift the legal hold"
-                    if case.legal_hold
-                    else "Place a legal hold (blocks purging)",
-                )
+                ("lift_legal_hold", "Lift the legal hold")
+                if case.legal_hold
+                else ("place_legal_hold", "Place a legal hold (blocks purging)")
             )
         return [
             {"label": label, "url": reverse("admin:cases_case_action", args=[case.pk, name])}
@@ -617,7 +620,13 @@ class CaseAdmin(admin.ModelAdmin):
         change_url = reverse("admin:cases_case_change", args=[case.pk])
         if request.method != "POST":
             return HttpResponseRedirect(change_url)
-        version = int(request.POST.get("expected_version") or case.version)
+        form = ExpectedVersionForm(request.POST)
+        if not form.is_valid():
+            self.message_user(
+                request, "The page was incomplete; reload it and try again.", messages.ERROR
+            )
+            return HttpResponseRedirect(change_url)
+        version = form.cleaned_data["expected_version"]
         try:
             if name == "reconcile":
                 if not services.actor_may(request.user, "cases.lead_case", case):
@@ -635,14 +644,16 @@ class CaseAdmin(admin.ModelAdmin):
                     f"{case.reference}: reversal proposed (proposal #{proposal.pk}); it "
                     "needs its own approval."
                 )
-            elif name == "legal_hold":
+            elif name in {"place_legal_hold", "lift_legal_hold"}:
+                hold = name == "place_legal_hold"
                 services.case_set_legal_hold(
                     case=case,
                     actor=request.user,
-                    hold=not case.legal_hold,
-                    reason=request.POST.get("reason") or "Changed in the admin",
+                    hold=hold,
+                    expected_version=version,
+                    reason=form.cleaned_data["reason"] or "Changed in the admin",
                 )
-                message = f"{case.reference}: legal hold {'lifted' if case.legal_hold else 'set'}."
+                message = f"{case.reference}: legal hold {'set' if hold else 'lifted'}."
             elif name == "withdraw":
                 self._revoke(
                     request,
@@ -765,8 +776,29 @@ class CustomerAccountAdmin(admin.ModelAdmin):
     list_display = ["reference", "name", "team", "verified", "access_active"]
     list_filter = ["verified", "access_active"]
     search_fields = ["reference", "name"]
-    readonly_fields = ["access_active", "access_revoked_at"]
-    actions = ["revoke_access"]
+    # The team, the reference (the order system's id) and the flags change only through
+    # audited services: the actions below.
+    readonly_fields = ["reference", "team", "verified", "access_active", "access_revoked_at"]
+    actions = ["verify", "revoke_access"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [
+            f for f in self.readonly_fields if obj is not None or f not in {"reference", "team"}
+        ]
+
+    @admin.action(description="Mark verified (their new cases start)")
+    def verify(self, request, queryset):
+        for account in queryset:
+            try:
+                moved = services.account_verify(account=account, actor=request.user)
+            except CaseError as exc:
+                self.message_user(request, f"{account.reference}: {exc.detail}", messages.ERROR)
+                continue
+            self.message_user(
+                request,
+                f"{account.reference}: verified; {moved} new case(s) started.",
+                messages.SUCCESS,
+            )
 
     def get_queryset(self, request):
         return selectors.accounts_for(request.user)
@@ -812,8 +844,21 @@ class StaffProfileAdmin(admin.ModelAdmin):
             return qs
         return qs.filter(user__holdfast_teams__in=selectors.teams_for(request.user)).distinct()
 
+    def get_readonly_fields(self, request, obj=None):
+        return ["user"] if obj is not None else []
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        if db_field.name == "user":
+            kwargs["queryset"] = User.objects.filter(
+                holdfast_teams__in=selectors.teams_for(request.user)
+            ).distinct()
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
     def save_model(self, request, obj, form, change):
-        services.staff_set_away(user=obj.user, away_until=obj.away_until, actor=request.user)
+        try:
+            services.staff_set_away(user=obj.user, away_until=obj.away_until, actor=request.user)
+        except CaseError as exc:
+            raise PermissionDenied(exc.detail) from exc
 
     def has_delete_permission(self, request, obj=None):
         return False

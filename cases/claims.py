@@ -33,6 +33,7 @@ from cases.services import (
     apply_transition,
     lock_case,
     record_event,
+    record_fact,
 )
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ class Lease:
 def record_slot_released(case: Case, attempt: Attempt, actor: Actor) -> None:
     """The attempt no longer occupies the case's one execution slot (an operator-visible fact
     distinct from 'worker stopped' and 'lease expired')."""
-    record_event(
+    record_fact(
         case=case,
         action="cases.attempt.slot_released",
         actor=actor,
@@ -122,6 +123,9 @@ def case_claim(
     ``expected_version`` defaults to the version read here; the conditional UPDATE is what
     decides between racing claimers (and a racing cancellation).
     """
+    from reconciliation.restore import restore_guard
+
+    restore_guard()  # a database restored from a backup is reconciled before any claim
     now = timezone.now()
     case = Case.objects.select_related("account").get(pk=case_id)
     version = case.version if expected_version is None else expected_version
@@ -405,7 +409,7 @@ def _expire_one(attempt_id: int, now: dt.datetime) -> bool:
             f"{attempt.reference} stopped reporting: its lease expired at "
             f"{timezone.localtime(attempt.lease_expires_at):%H:%M:%S}"
         )
-        record_event(
+        record_fact(
             case=case,
             action="cases.attempt.lease_expired",
             actor=watchdog,
@@ -415,7 +419,23 @@ def _expire_one(attempt_id: int, now: dt.datetime) -> bool:
         record_slot_released(case, attempt, watchdog)
         if case.status != Status.APPLYING:
             return True
-        if attempt.operation.confirmed_at is not None:
+        attempt.operation.refresh_from_db(fields=["confirmed_at"])
+        stopping = (
+            case.revoked_at is not None or case.cancellations.filter(outcome="pending").exists()
+        )
+        if attempt.operation.confirmed_at is not None and stopping:
+            from cases.services import cancellations_mark_after_change
+
+            note = cancellations_mark_after_change(case)
+            apply_transition(
+                case,
+                "complete",
+                actor=watchdog,
+                reason=f"{text}; the change is confirmed and the work was asked to stop, so no "
+                f"further steps run. {note}".strip(),
+                outstanding_question=note or case.outstanding_question,
+            )
+        elif attempt.operation.confirmed_at is not None:
             apply_transition(
                 case,
                 "retry_later",

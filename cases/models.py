@@ -264,6 +264,13 @@ class Case(FSMModelMixin, models.Model):
     def account_has_access(self) -> bool:
         return self.account.access_active
 
+    def nothing_applied(self) -> bool:
+        """The change this case is about is not confirmed at the order system."""
+        return not self.operations.filter(
+            confirmed_at__isnull=False,
+            proposals__status__in=["draft", "awaiting_review", "approved"],
+        ).exists()
+
     def nothing_in_flight(self) -> bool:
         """No attempt is running: nothing can be sent while the case moves this way."""
         return not self.attempts.filter(state__in=["running", "cancel_requested"]).exists()
@@ -440,6 +447,7 @@ class Case(FSMModelMixin, models.Model):
         field=status,
         source=[*SENDABLE_STATUSES, Status.NEEDS_ATTENTION],
         target=Status.CANCELLED,
+        conditions=[nothing_applied],
         permission="cases.work_case",
         custom={"label": "Cancel", "manual": True},
     )
@@ -459,7 +467,7 @@ class Case(FSMModelMixin, models.Model):
         field=status,
         source=[*SENDABLE_STATUSES, Status.NEEDS_ATTENTION],
         target=Status.STOPPED,
-        conditions=[nothing_in_flight],
+        conditions=[nothing_in_flight, nothing_applied],
         permission="cases.lead_case",
         custom={"label": "Stop the work", "manual": True},
     )

@@ -28,6 +28,7 @@ from cases.services import (
     apply_transition,
     lock_case,
     record_event,
+    record_fact,
 )
 
 
@@ -53,7 +54,9 @@ def case_revoke(
     """Revoke authority over a case and reconcile everything unsettled under it."""
     result = _revoke_in_transaction(case, actor, reason, kind)
     if fence and (result.cancel_requested or result.uncertain):
-        _raise_fence(result, actor)
+        # After the revocation commits (at once when no transaction is open; the admin's
+        # delete view runs inside one): never HTTP while holding the case lock.
+        transaction.on_commit(lambda: _raise_fence(result, actor))
     return result
 
 
@@ -84,7 +87,7 @@ def _revoke_in_transaction(case: Case, actor: Actor, reason: str, kind: str) -> 
         open_proposals = list(case.proposals.filter(status__in=Proposal.OPEN))
         active = list(case.attempts.filter(state__in=Attempt.ACTIVE))
         uncertain = case.status == Status.HELD
-        record_event(
+        record_fact(
             case=case,
             action="cases.revocation.unsettled_discovered",
             actor=actor,
@@ -104,7 +107,7 @@ def _revoke_in_transaction(case: Case, actor: Actor, reason: str, kind: str) -> 
             _close_proposal(proposal, Proposal.Status.WITHDRAWN, f"Context revoked: {reason}")
             result.closed_proposals.append(proposal.pk)
         if result.closed_proposals:
-            record_event(
+            record_fact(
                 case=case,
                 action="cases.revocation.closed_queued",
                 actor=actor,
@@ -120,7 +123,7 @@ def _revoke_in_transaction(case: Case, actor: Actor, reason: str, kind: str) -> 
                 state=Attempt.State.CANCEL_REQUESTED, cancel_requested_at=now
             )
             result.cancel_requested.append(attempt.reference)
-            record_event(
+            record_fact(
                 case=case,
                 action="cases.attempt.cancel_requested",
                 actor=actor,
@@ -195,6 +198,18 @@ def settle_after_stop(case: Case, actor: Actor, why: str) -> None:
     if case.status != Status.APPLYING:
         return
     if case.attempts.filter(state__in=Attempt.ACTIVE).exists():
+        return
+    if not case.nothing_applied():
+        from cases.services import cancellations_mark_after_change
+
+        note = cancellations_mark_after_change(case)
+        apply_transition(
+            case,
+            "complete",
+            actor=actor,
+            reason=f"{why}; the change was already applied, so no further steps run. {note}",
+            outstanding_question=note or case.outstanding_question,
+        )
         return
     pending = case.cancellations.filter(outcome=CancellationRequest.Outcome.PENDING)
     if case.revoked_at is not None:

@@ -171,6 +171,13 @@ def record_event(
     )
 
 
+def record_fact(*, case: Case, **event) -> CaseEvent:
+    """A fact about the case that is not a status change: it still produces a new version, so
+    every event names the version it produced."""
+    _bump_and_save(case, [])
+    return record_event(case=case, **event)
+
+
 def _bump_and_save(case: Case, fields: list[str]) -> None:
     case.version += 1
     case.save(update_fields=sorted({*fields, "version", "updated_at"}))
@@ -241,13 +248,19 @@ def case_transition(
         raise InvalidCaseInput("Give a reason.", fields={"reason": ["A reason is required."]})
     if transition == "cancel":
         fresh = Case.objects.get(pk=case.pk)
-        _check_version(fresh, expected_version)
         if fresh.is_terminal:
+            _check_version(fresh, expected_version)
             raise TransitionRejected(
                 f"{fresh.reference} is {fresh.get_status_display().lower()}: nothing to cancel.",
                 allowed=[],
             )
-        return case_cancel_request(case=case, actor=actor, reason=reason, via="transition")
+        return case_cancel_request(
+            case=case,
+            actor=actor,
+            reason=reason,
+            via="transition",
+            expected_version=expected_version,
+        )
     with transaction.atomic():
         case = lock_case(case)
         _require(actor, transition_meta(transition)["permission"], case, f"'{transition}'")
@@ -477,13 +490,18 @@ def evidence_record(
 
 def staff_set_away(*, user, away_until: dt.date | None, actor: Actor) -> None:
     """Mark a person away until a date (inclusive); their cases fall to their backups."""
-    from cases.models import StaffProfile
+    from cases.models import StaffProfile, Team
 
-    if (
-        not isinstance(actor, Worker)
-        and actor.pk != user.pk
-        and not actor.has_perm("cases.lead_case")
-    ):
+    allowed = (
+        isinstance(actor, Worker)
+        or actor.pk == user.pk
+        or actor.is_superuser
+        or (
+            actor.has_perm("cases.lead_case")
+            and Team.objects.filter(members=actor).filter(members=user).exists()
+        )
+    )
+    if not allowed:
         raise ActionNotPermitted(f"{actor_label(actor)} may not change {user}'s absence.")
     StaffProfile.objects.update_or_create(user=user, defaults={"away_until": away_until})
 
@@ -491,7 +509,9 @@ def staff_set_away(*, user, away_until: dt.date | None, actor: Actor) -> None:
 # --- cancellation ------------------------------------------------------------------------------
 
 
-def case_cancel_request(*, case: Case, actor: Actor, reason: str, via: str) -> Case:
+def case_cancel_request(
+    *, case: Case, actor: Actor, reason: str, via: str, expected_version: int | None = None
+) -> Case:
     """Record a request to cancel and honour it only as far as the evidence allows.
 
     Before anything can have been sent, the case is cancelled at once (a claim racing this is
@@ -506,8 +526,15 @@ def case_cancel_request(*, case: Case, actor: Actor, reason: str, via: str) -> C
     with transaction.atomic():
         case = lock_case(case)
         _require(actor, "cases.work_case", case, "cancel the case")
+        _check_version(case, expected_version)
         if case.status in {Status.CANCELLED, Status.STOPPED}:
             return case
+        if case.status == Status.DONE:
+            raise TransitionRejected(
+                f"{case.reference} is done: the change is applied. Reversing it is a new "
+                "proposal that needs its own approval.",
+                allowed=[],
+            )
         request = CancellationRequest.objects.create(
             case=case,
             reason=reason.strip(),
@@ -515,15 +542,25 @@ def case_cancel_request(*, case: Case, actor: Actor, reason: str, via: str) -> C
             requested_by=_user_or_none(actor),
             requested_by_label=actor_label(actor),
         )
-        if case.status == Status.DONE:
-            request.outcome = CancellationRequest.Outcome.REFUSED
+        if not case.nothing_applied():
+            # The change is already confirmed; only the steps after it (notify, close) remain.
+            note = (
+                "Cancellation arrived after the change: the change is applied. Reversing it is "
+                "a new proposal that needs its own approval."
+            )
+            request.outcome = CancellationRequest.Outcome.ARRIVED_AFTER_CHANGE
             request.settled_at = timezone.now()
             request.save(update_fields=["outcome", "settled_at"])
-            raise TransitionRejected(
-                f"{case.reference} is done: the change is applied. Reversing it is a new "
-                "proposal that needs its own approval.",
-                allowed=[],
+            case.outstanding_question = note
+            _bump_and_save(case, ["outstanding_question"])
+            record_event(
+                case=case,
+                action="cases.cancellation.after_change",
+                actor=actor,
+                reason=f"{reason.strip()} — {note}",
+                detail={"cancellation_id": request.pk, "via": via},
             )
+            return case
         if can_proceed(case.cancel):
             apply_transition(
                 case,
@@ -552,7 +589,7 @@ def case_cancel_request(*, case: Case, actor: Actor, reason: str, via: str) -> C
             Attempt.objects.filter(pk=attempt.pk, state=Attempt.State.RUNNING).update(
                 state=Attempt.State.CANCEL_REQUESTED, cancel_requested_at=timezone.now()
             )
-            record_event(
+            record_fact(
                 case=case,
                 action="cases.attempt.cancel_requested",
                 actor=actor,
@@ -563,13 +600,18 @@ def case_cancel_request(*, case: Case, actor: Actor, reason: str, via: str) -> C
     return case
 
 
-def case_set_legal_hold(*, case: Case, actor: Actor, hold: bool, reason: str) -> Case:
+def case_set_legal_hold(
+    *, case: Case, actor: Actor, hold: bool, reason: str, expected_version: int | None = None
+) -> Case:
     """Place or lift a legal hold: while set, nothing of the case is purged."""
     if not reason.strip():
         raise InvalidCaseInput("Give a reason.", fields={"reason": ["A reason is required."]})
     with transaction.atomic():
         case = lock_case(case)
         _require(actor, "cases.lead_case", case, "change the legal hold")
+        if case.legal_hold == hold:
+            return case  # already as asked: nothing to change, whatever version was seen
+        _check_version(case, expected_version)
         if case.legal_hold == hold:
             return case
         case.legal_hold = hold
@@ -581,3 +623,45 @@ def case_set_legal_hold(*, case: Case, actor: Actor, hold: bool, reason: str) ->
             reason=reason.strip(),
         )
     return case
+
+
+def account_verify(*, account: CustomerAccount, actor: Actor) -> int:
+    """Record that the customer's identity was checked; their new cases start their work.
+    Returns how many waiting cases moved on."""
+    if not isinstance(actor, Worker) and not (
+        actor.is_superuser
+        or (actor.has_perm("cases.lead_case") and account.team.members.filter(pk=actor.pk).exists())
+    ):
+        raise ActionNotPermitted(f"{actor_label(actor)} may not verify {account.reference}.")
+    moved = 0
+    with transaction.atomic():
+        CustomerAccount.objects.filter(pk=account.pk).update(verified=True)
+        for pk in account.cases.filter(status=Status.NEW).values_list("pk", flat=True):
+            case = lock_case(pk)
+            if can_proceed(case.request_source_check):
+                apply_transition(
+                    case,
+                    "request_source_check",
+                    actor=actor,
+                    reason=f"{account.reference} verified: read the order before proposing",
+                    next_check_at=timezone.now(),
+                )
+                enqueue_on_commit("reconciliation.tasks.source_check", case.pk)
+                moved += 1
+    return moved
+
+
+def cancellations_mark_after_change(case: Case) -> str:
+    """Pending cancellations of a case whose change is applied arrived after the change.
+    Returns the note for the case ('' when there were none)."""
+    from cases.models import CancellationRequest
+
+    late = case.cancellations.filter(outcome=CancellationRequest.Outcome.PENDING)
+    if not late.update(
+        outcome=CancellationRequest.Outcome.ARRIVED_AFTER_CHANGE, settled_at=timezone.now()
+    ):
+        return ""
+    return (
+        "Cancellation arrived after the change: the change is applied. Reversing it is a new "
+        'proposal that needs its own approval ("propose reversal").'
+    )

@@ -156,6 +156,8 @@ ORDER_SYSTEM_TIMEOUTS = {
     "write": env_float("ORDER_SYSTEM_WRITE_TIMEOUT", 10.0, minimum=0.1),
     "pool": env_float("ORDER_SYSTEM_POOL_TIMEOUT", 3.0, minimum=0.1),
 }
+# Orders reserved for the capability probe, which really changes them. No case may use one.
+ORDER_SYSTEM_SANDBOX_ORDERS = env_list("ORDER_SYSTEM_SANDBOX_ORDERS", ["ORD-PROBE"])
 # Shared with the order system: it verifies the approval grants Holdfast signs.
 APPROVAL_GRANT_KEY = _secret("APPROVAL_GRANT_KEY", "dev-approval-grant-key")
 # Shared with the order system: it signs the webhooks Holdfast receives.

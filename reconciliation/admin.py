@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect
@@ -14,17 +15,23 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 
 from reconciliation.models import CAPABILITIES, OrderSystemProfile
-from reconciliation.probe import order_system_probe
+from reconciliation.probe import ProbeRefused, order_system_probe
 
 RUN_PROBE_PERMISSION = "reconciliation.run_probe"
 
 
 class RunProbeForm(forms.Form):
-    sandbox_order_id = forms.CharField(
-        max_length=100,
-        label="Sandbox order id",
-        help_text="An order reserved for probing. The probe moves its delivery date.",
+    sandbox_order_id = forms.ChoiceField(
+        label="Sandbox order",
+        help_text="An order reserved for probing (ORDER_SYSTEM_SANDBOX_ORDERS). The probe moves "
+        "its delivery date.",
     )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["sandbox_order_id"].choices = [
+            (order, order) for order in settings.ORDER_SYSTEM_SANDBOX_ORDERS
+        ]
 
 
 def may_run_probe(user) -> bool:
@@ -123,9 +130,14 @@ class OrderSystemProfileAdmin(admin.ModelAdmin):
         if request.method == "POST":
             form = RunProbeForm(request.POST)
             if form.is_valid():
-                profile = order_system_probe(
-                    sandbox_order_id=form.cleaned_data["sandbox_order_id"], actor=request.user
-                )
+                try:
+                    profile = order_system_probe(
+                        sandbox_order_id=form.cleaned_data["sandbox_order_id"],
+                        actor=request.user,
+                    )
+                except ProbeRefused as exc:
+                    self.message_user(request, str(exc), messages.ERROR)
+                    return redirect(reverse("admin:reconciliation_ordersystemprofile_run_probe"))
                 level = messages.SUCCESS if profile.reachable else messages.ERROR
                 self.message_user(
                     request,
@@ -157,7 +169,7 @@ LEAD_PERMISSION = "cases.lead_case"
 
 
 def may_see_inbound_events(user) -> bool:
-    """Superusers and leads: the receipts carry order ids across every team."""
+    """Superusers and leads (who see only their teams' orders' events)."""
     return bool(user.is_active and (user.is_superuser or user.has_perm(LEAD_PERMISSION)))
 
 
@@ -197,6 +209,15 @@ class InboundEventAdmin(admin.ModelAdmin):
             },
         ),
     )
+
+    def get_queryset(self, request):
+        qs = super().get_queryset(request)
+        if request.user.is_superuser:
+            return qs
+        # Only events about orders of the caller's teams' cases.
+        from cases.selectors import cases_for
+
+        return qs.filter(order_id__in=cases_for(request.user).values("order_id"))
 
     def has_module_permission(self, request):
         return may_see_inbound_events(request.user)

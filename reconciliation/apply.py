@@ -31,13 +31,20 @@ from cases.claims import (
 )
 from cases.models import (
     Attempt,
-    CancellationRequest,
     Case,
     EvidenceReference,
     Status,
     WaitingOn,
 )
-from cases.services import Worker, apply_transition, evidence_add, lock_case, record_event
+from cases.services import (
+    Worker,
+    apply_transition,
+    cancellations_mark_after_change,
+    evidence_add,
+    lock_case,
+    record_event,
+    record_fact,
+)
 from reconciliation.client import OperationResult, OrderSystemClient
 from reconciliation.exceptions import (
     ApprovalRefused,
@@ -46,6 +53,7 @@ from reconciliation.exceptions import (
     OrderSystemError,
     Transient,
 )
+from reconciliation.restore import RecoveryRequired
 
 STEPS = ("apply", "notify", "close")
 
@@ -59,6 +67,8 @@ def apply_case(
         attempt = case_claim(case_id=case_id, worker=worker)
     except ClaimRefused as refusal:
         return f"refused: {refusal.extra.get('reason', refusal.code)}"
+    except RecoveryRequired:
+        return "refused: recovery after restore required"
     own_client = client is None
     client = client or OrderSystemClient.from_settings()
     try:
@@ -77,7 +87,9 @@ def run_attempt(*, attempt_id: int, client: OrderSystemClient, worker: Worker) -
             lease = attempt_heartbeat(attempt_id=attempt.pk, fencing_token=attempt.fencing_token)
         except StaleAttempt:
             return "stale: stopped before doing anything more"
-        if lease.cancel_requested:
+        if lease.cancel_requested and step == "apply":
+            # Only before the change is sent does stopping mean nothing was applied; after it
+            # is confirmed the remaining steps finish and the cancellation is "after change".
             attempt_acknowledge_cancel(attempt_id=attempt.pk, worker=worker)
             return "cancel acknowledged"
         outcome = _STEP_RUNNERS[step](attempt, client, worker)
@@ -191,14 +203,7 @@ def _record_applied(attempt: Attempt, worker: Worker, result: OperationResult) -
         if cancelling and case.status == Status.APPLYING:
             # The change landed before the stop took effect: a fact, not something to undo
             # silently. The case closes as done; reversing it would be a new proposal.
-            late = case.cancellations.filter(outcome=CancellationRequest.Outcome.PENDING)
-            note = (
-                "Cancellation arrived after the change: reversing it is a new proposal "
-                "that needs its own approval."
-                if late.exists()
-                else ""
-            )
-            late.update(outcome=CancellationRequest.Outcome.ARRIVED_AFTER_CHANGE, settled_at=now)
+            note = cancellations_mark_after_change(case)
             apply_transition(
                 case,
                 "complete",
@@ -283,14 +288,16 @@ def _close(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
             last_confirmed_step=Attempt.Step.CLOSED,
             finished_at=timezone.now(),
         )
+        note = cancellations_mark_after_change(case)
         apply_transition(
             case,
             "complete",
             actor=worker,
             reason=f"{attempt.operation.key} confirmed at order version "
-            f"{attempt.operation.result_order_version} and the customer notified",
+            f"{attempt.operation.result_order_version} and the customer notified. {note}".strip(),
             detail={"attempt": attempt.reference},
             apply_authorized_by=None,
+            outstanding_question=note or case.outstanding_question,
         )
     return "done"
 
@@ -333,7 +340,7 @@ def _finish(
         if cancelling and case.status == Status.APPLYING:
             return _finish_cancelling(case, attempt, worker, outcome, text)
         if not current or case.status != Status.APPLYING:
-            record_event(
+            record_fact(
                 case=case,
                 action="cases.attempt.late_result_refused",
                 actor=worker,
@@ -415,7 +422,7 @@ def _finish_cancelling(
     answer anyway."""
     from cases.revocation import settle_after_stop
 
-    record_event(
+    record_fact(
         case=case,
         action="cases.attempt.late_result_refused",
         actor=worker,

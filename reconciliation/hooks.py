@@ -38,6 +38,10 @@ def signature_valid(body: bytes, header: str | None) -> bool:
     return hmac.compare_digest(expected.encode("ascii"), header.strip().encode("utf-8", "replace"))
 
 
+# The largest value the version columns hold on every supported database.
+MAX_ORDER_VERSION = 2_147_483_647
+
+
 class InvalidEvent(Exception):
     def __init__(self, detail: str, fields: dict[str, list[str]] | None = None) -> None:
         super().__init__(detail)
@@ -49,7 +53,7 @@ def parse_event(body: bytes, header_event_id: str | None) -> dict:
     """The event's fields from the raw body, or ``InvalidEvent`` naming what is wrong."""
     try:
         data = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise InvalidEvent("The body is not valid UTF-8 JSON.") from None
     if not isinstance(data, dict):
         raise InvalidEvent("The body must be a JSON object.")
@@ -64,8 +68,12 @@ def parse_event(body: bytes, header_event_id: str | None) -> dict:
         else:
             fields[name] = value
     version = data.get("order_version")
-    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-        errors["order_version"] = ["Required: a whole number, 0 or more."]
+    if (
+        isinstance(version, bool)
+        or not isinstance(version, int)
+        or not 0 <= version <= MAX_ORDER_VERSION
+    ):
+        errors["order_version"] = [f"Required: a whole number from 0 to {MAX_ORDER_VERSION}."]
     else:
         fields["order_version"] = version
     occurred = data.get("occurred_at")

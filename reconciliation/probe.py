@@ -47,6 +47,28 @@ SLOT_SEARCH_DAYS = 14
 GRANT_LIFETIME = dt.timedelta(minutes=15)
 
 
+class ProbeRefused(ValueError):
+    """The named order is not a reserved sandbox order: probing would change a real order."""
+
+
+def probe_check_sandbox(order_id: str) -> None:
+    """The probe really changes the order it is given, so only reserved sandbox orders
+    (``settings.ORDER_SYSTEM_SANDBOX_ORDERS``) that no case refers to may be probed."""
+    from django.conf import settings
+
+    from cases.models import Case
+
+    order_id = order_id.strip()
+    allowed = settings.ORDER_SYSTEM_SANDBOX_ORDERS
+    if order_id not in allowed:
+        raise ProbeRefused(
+            f"{order_id!r} is not a reserved sandbox order ({', '.join(allowed) or 'none'}): "
+            "the probe changes the order it is given."
+        )
+    if Case.objects.filter(order_id=order_id).exists():
+        raise ProbeRefused(f"{order_id!r} belongs to a case: it cannot be a sandbox order.")
+
+
 def order_system_probe(
     *,
     sandbox_order_id: str,
@@ -59,6 +81,7 @@ def order_system_probe(
     get a profile with the capabilities not verified and the evidence of why. Must not be called
     inside a transaction (it makes HTTP requests); it writes one row at the end.
     """
+    probe_check_sandbox(sandbox_order_id)
     own_client = client is None
     if client is None:
         client = OrderSystemClient.from_settings()

@@ -100,6 +100,11 @@ def case_reconcile(
     from reconciliation.selectors import current_autonomy
 
     actor = actor or Worker.current("reconcile")
+    if isinstance(actor, Worker) and actor.label != "restore-recovery":
+        from reconciliation.restore import restore_detected
+
+        if restore_detected():
+            return "skipped: recovery after restore required"
     case = Case.objects.get(pk=case_id)
     if case.status != Status.HELD:
         return "skipped"
@@ -145,6 +150,23 @@ def _record_finding(
         case = lock_case(case_id)
         if case.status != Status.HELD:
             return "skipped: the case moved on"
+        newer_attempt = (
+            finding.fence_token is not None
+            and case.attempts.filter(fencing_token__gt=finding.fence_token).exists()
+        )
+        if case.version != version or newer_attempt:
+            # The case changed while this investigation ran (another reconciler settled it, a
+            # new attempt was made): the finding describes the past. Look again.
+            case.next_check_at = timezone.now()
+            _bump_and_save(case, ["next_check_at"])
+            record_event(
+                case=case,
+                action="reconciliation.finding_discarded",
+                actor=actor,
+                reason=f"The case changed during the investigation ({finding.verdict}: "
+                f"{finding.reason}); it is looked at again",
+            )
+            return "skipped: changed during the investigation"
         operation = Operation.objects.select_for_update().get(pk=operation_id)
         detail = {
             "operation_key": operation.key,
@@ -204,30 +226,35 @@ def _settle_applied(
         summary=f"Consistent lookup: {operation.key} applied, order version {record.order_version}",
         order_version=record.order_version,
     )
-    late = list(_pending_cancellations(case))
-    _pending_cancellations(case).update(
-        outcome=CancellationRequest.Outcome.ARRIVED_AFTER_CHANGE, settled_at=now
-    )
-    note = ""
-    if late:
-        note = (
-            "Cancellation arrived after the change: the change is applied. Reversing it is "
-            'a new proposal that needs its own approval ("propose reversal").'
+    from cases.services import cancellations_mark_after_change
+
+    late = [c.pk for c in _pending_cancellations(case)]
+    note = cancellations_mark_after_change(case)
+    version_seen = record.order_version or case.last_checked_order_version
+    if case.revoked_at is not None:
+        # Authority is revoked: record the change as done; no further steps run.
+        apply_transition(
+            case,
+            "complete",
+            actor=actor,
+            reason=f"Proven applied: {reason}. It landed before the revocation took effect; "
+            f"no further steps run. {note}".strip(),
+            detail={**detail, "order_version": record.order_version, "late_cancellations": late},
+            last_checked_order_version=version_seen,
+            last_error="",
+            outstanding_question=note or case.outstanding_question,
         )
+        return "applied"
     apply_transition(
         case,
         "resume_steps",
         actor=actor,
         reason=f"Proven applied: {reason}. {note}".strip(),
-        detail={
-            **detail,
-            "order_version": record.order_version,
-            "late_cancellations": [c.pk for c in late],
-        },
+        detail={**detail, "order_version": record.order_version, "late_cancellations": late},
         waiting=(WaitingOn.WORKER, "Proven applied; the steps after apply resume"),
         next_check_at=now,
         retry_count=0,
-        last_checked_order_version=record.order_version or case.last_checked_order_version,
+        last_checked_order_version=version_seen,
         last_error="",
         outstanding_question=note or case.outstanding_question,
     )
@@ -335,26 +362,58 @@ def case_settle_manually(
     operation = held_operation(fresh)
     if operation is None:
         raise TransitionRejected("No operation to settle.", allowed=[])
+    from reconciliation.selectors import current_profile
+
+    profile = current_profile()
+    # What the order system was verified to offer decides what a person's word must match.
+    fences = bool(profile and profile.fencing_enforced)
+    looks_up = bool(profile and profile.consistent_lookup)
     own_client = client is None
     client = client or OrderSystemClient.from_settings()
     lookup: OperationRecord | None = None
+    fence_token: int | None = None
     try:
-        lookup = client.get_operation(operation.key)
-    except UnknownOperation:
-        lookup = None
-    except OrderSystemError:
-        lookup = None  # unreachable: the person's evidence stands on its own
+        if outcome == "absent":
+            # Close the door first: a paused worker must not apply what is declared absent.
+            finding = investigate(fresh, operation, client)
+            fence_token = finding.fence_token
+            if finding.verdict == "applied":
+                raise SettlementContradicted(
+                    f"The consistent lookup shows {operation.key} applied at order version "
+                    f"{finding.record.order_version}: it cannot be settled as absent."
+                )
+            if finding.verdict == "unknown" and fences:
+                raise SettlementUnproven(
+                    f"Not settled: {finding.reason}. Absent can be recorded only once the "
+                    "door is closed; try again when the order system answers."
+                )
+        else:
+            try:
+                lookup = client.get_operation(operation.key)
+            except UnknownOperation:
+                if looks_up:
+                    raise SettlementContradicted(
+                        f"The consistent lookup does not know {operation.key}: it cannot be "
+                        "settled as applied (a matching date alone is not proof)."
+                    ) from None
+            except OrderSystemError:
+                lookup = None  # unreachable: the person's evidence stands on its own
+            if lookup is not None and (
+                lookup.order_id != operation.order_id
+                or lookup.delivery_date != operation.delivery_date
+            ):
+                raise SettlementContradicted(
+                    f"The order system holds {operation.key} with another change "
+                    f"({lookup.order_id} → {lookup.delivery_date})."
+                )
     finally:
         if own_client:
             client.close()
-    if outcome == "absent" and lookup is not None:
-        raise SettlementContradicted(
-            f"The consistent lookup shows {operation.key} applied at order version "
-            f"{lookup.order_version}: it cannot be settled as absent."
-        )
     with transaction.atomic():
         case = lock_case(case.pk)
         _check_version(case, expected_version)
+        if fence_token is not None and case.attempts.filter(fencing_token__gt=fence_token).exists():
+            raise SettlementUnproven("A newer attempt started meanwhile: look again.")
         evidence_add(
             case=case,
             actor=actor,
@@ -383,6 +442,11 @@ def case_settle_manually(
 
 class SettlementContradicted(CaseError):
     code = "settlement_contradicts_evidence"
+    http_status = 409
+
+
+class SettlementUnproven(CaseError):
+    code = "settlement_unproven"
     http_status = 409
 
 

@@ -29,6 +29,10 @@ CHECKABLE = {Status.WAITING_SOURCE, Status.PREPARING_PROPOSAL, Status.AWAITING_R
 
 def source_check(*, case_id: int, client: OrderSystemClient | None = None) -> str:
     """Read the case's order and act on what it shows. Safe to run twice; returns an outcome."""
+    from reconciliation.restore import restore_detected
+
+    if restore_detected():
+        return "skipped: recovery after restore required"
     case = Case.objects.select_related("account").get(pk=case_id)
     if case.status not in CHECKABLE:
         return "skipped"

@@ -39,7 +39,7 @@ def test_admin_button_places_a_legal_hold(client, lead, case):
     client.force_login(lead)
 
     client.post(
-        reverse("admin:cases_case_action", args=[case.pk, "legal_hold"]),
+        reverse("admin:cases_case_action", args=[case.pk, "place_legal_hold"]),
         {"expected_version": case.version, "reason": "Regulator asked"},
     )
 
@@ -136,3 +136,28 @@ def test_system_check_warns_when_one_order_system_call_outlives_the_apply_lease(
 
     (warning,) = apply_lease_outlives_one_request(None)
     assert warning.id == "holdfast.W001"
+
+
+def test_verifying_an_account_starts_its_new_cases(make_case, account, lead):
+    from cases.models import CustomerAccount
+    from cases.services import account_verify
+
+    CustomerAccount.objects.filter(pk=account.pk).update(verified=False)
+    account.refresh_from_db()
+    case = make_case()
+    assert case.status == "new"
+
+    assert account_verify(account=account, actor=lead) == 1
+
+    case.refresh_from_db()
+    assert case.status == "waiting_source"
+    assert case.next_check_at is not None
+    account.refresh_from_db()
+    assert account.verified is True
+
+
+def test_agents_cannot_verify_accounts(account, agent):
+    from cases.services import account_verify
+
+    with pytest.raises(ActionNotPermitted):
+        account_verify(account=account, actor=agent)

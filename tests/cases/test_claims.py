@@ -43,7 +43,7 @@ TIMEOUTS = {"connect": 1.0, "read": 1.0, "write": 1.0, "pool": 1.0}
 # the fencing token (1 query on PostgreSQL, a counter row and 2 savepoints on SQLite), the
 # attempt and the event. Recording an applied result: the case and operation locks, the
 # operation, the evidence, the attempt, the case and the event.
-CLAIM_QUERIES = {"postgresql": 15, "sqlite": 19}
+CLAIM_QUERIES = {"postgresql": 16, "sqlite": 20}  # +1: the restore guard reads the marker
 RECORD_APPLIED_QUERIES = {"postgresql": 9, "sqlite": 9}
 
 

@@ -14,6 +14,7 @@ import time
 import httpx
 import pytest
 from django.db import connection, connections
+from django.test import TestCase
 from django.utils import timezone
 
 from approvals.models import Approval, Proposal
@@ -129,7 +130,9 @@ def _revoke_running(approved_case, lead):
     attempt = case_claim(case_id=case.pk, worker=WORKER)
     fresh = next_fencing_token()
 
-    result = case_revoke(case=case, actor=lead, reason="Deleted", kind="deleted")
+    # The fence is raised once the revocation commits (the test's transaction never does).
+    with TestCase.captureOnCommitCallbacks(execute=True):
+        result = case_revoke(case=case, actor=lead, reason="Deleted", kind="deleted")
 
     assert result.cancel_requested == [attempt.reference]
     assert result.fenced == ["ORD-7731"]
@@ -222,7 +225,8 @@ def test_a_late_result_from_a_fenced_attempt_is_refused_by_the_order_system_and_
     attempt = case_claim(case_id=case.pk, worker=WORKER)
 
     def revoke() -> None:
-        case_revoke(case=Case(pk=case.pk), actor=lead, reason="Deleted", kind="deleted")
+        with TestCase.captureOnCommitCallbacks(execute=True):
+            case_revoke(case=Case(pk=case.pk), actor=lead, reason="Deleted", kind="deleted")
 
     transport = _RevokeWhileInFlight(revoke)
     with OrderSystemClient(live_orders.base_url, timeouts=TIMEOUTS, transport=transport) as client:

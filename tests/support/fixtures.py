@@ -15,8 +15,10 @@ from cases.services import SYSTEM, case_intake
 
 @pytest.fixture(autouse=True)
 def isolated_state_dir(settings, tmp_path):
-    """Each test remembers database epochs in its own place (restore detection)."""
+    """Each test remembers database epochs in its own place (restore detection); the
+    sandbox orders the probe tests use are reserved."""
     settings.HOLDFAST_STATE_DIR = str(tmp_path / "state")
+    settings.ORDER_SYSTEM_SANDBOX_ORDERS = ["ORD-PROBE", "ORD-SANDBOX"]
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from reconciliation.client import OrderSystemClient
 from reconciliation.models import CAPABILITIES
-from reconciliation.probe import order_system_probe
+from reconciliation.probe import ProbeRefused, order_system_probe
 
 
 class Command(BaseCommand):
@@ -26,7 +26,10 @@ class Command(BaseCommand):
         with OrderSystemClient(
             url or settings.ORDER_SYSTEM_URL, timeouts=settings.ORDER_SYSTEM_TIMEOUTS
         ) as client:
-            profile = order_system_probe(sandbox_order_id=order, client=client)
+            try:
+                profile = order_system_probe(sandbox_order_id=order, client=client)
+            except ProbeRefused as exc:
+                raise CommandError(str(exc)) from None
 
         self.stdout.write(f"Order system {profile.base_url}, sandbox order {order}")
         claimed = set(profile.claimed_but_unverified)

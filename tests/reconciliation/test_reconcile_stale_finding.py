@@ -1,0 +1,60 @@
+"""Review: a reconciler's finding is proof only for the case as it was when it fenced and
+looked. `case_reconcile` passes the version it read to `_record_finding`, which ignores it, so a
+slow reconciler can record a stale "absent" over a newer hold whose write did land."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from cases.claims import attempts_expire_leases, case_claim
+from cases.models import CancellationRequest, Status
+from cases.services import Worker, case_cancel_request
+from reconciliation.apply import apply_case
+from reconciliation.client import OrderSystemClient
+from reconciliation.exceptions import UnknownOperation
+from reconciliation.settle import case_reconcile
+
+pytestmark = pytest.mark.order_system
+
+WORKER = Worker("worker:review:stale")
+
+
+def test_a_slow_reconciler_does_not_settle_a_newer_hold_from_its_stale_lookup(
+    approved_case, live_orders, agent
+):
+    case = approved_case()
+    case_claim(case_id=case.pk, worker=WORKER)  # a1 claims and goes silent before sending
+    assert attempts_expire_leases(now=timezone.now() + dt.timedelta(hours=1)) == 1
+    case.refresh_from_db()
+    assert case.status == Status.HELD
+
+    interleaved = []
+
+    class SlowLookupClient(OrderSystemClient):
+        """Reconciler R1: its lookup answers 'unknown operation' and then R1 is slow to record
+        it. Meanwhile the person's 'reconcile now' (R2) settles absent, a2 sends the same
+        operation whose answer is dropped (effect unknown, really applied), and the customer
+        cancels during the new hold."""
+
+        def get_operation(self, operation_key):
+            try:
+                return super().get_operation(operation_key)
+            except UnknownOperation:
+                if not interleaved:
+                    interleaved.append(True)
+                    assert case_reconcile(case_id=case.pk) == "absent"  # R2
+                    live_orders.set_fault("drop_after_commit", path_prefix="/orders/")
+                    assert apply_case(case_id=case.pk) == "effect_unknown"  # a2: landed
+                    case_cancel_request(case=case, actor=agent, reason="cancel", via="api")
+                raise
+
+    with SlowLookupClient.from_settings() as slow:
+        outcome = case_reconcile(case_id=case.pk, client=slow)  # R1 records last
+
+    case.refresh_from_db()
+    assert len(live_orders.state("ORD-7731")["operations"]) == 1  # the order DID change
+    assert case.status != Status.CANCELLED, outcome
+    assert CancellationRequest.objects.get(case=case).outcome != "cancelled"

@@ -1,0 +1,47 @@
+"""Review: after a restore is detected, no worker may resume a case before recovery held it and
+checked its operation against the source. `restore_guard()` exists but nothing calls it: only
+the dispatcher and `run_worker` check, while tasks already in the (ORM, hence restored) queue,
+the apply queued on approval and `run_worker --apply` go straight to claim and send."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from cases.models import Attempt, CaseEvent
+from reconciliation import tasks
+from reconciliation.restore import RecoveryRequired, marker_advance, restore_detected
+
+pytestmark = pytest.mark.order_system
+
+
+def _simulate_restore() -> None:
+    marker_advance()
+    for path in Path(settings.HOLDFAST_STATE_DIR).glob("database-*.json"):
+        seen = json.loads(path.read_text())
+        path.write_text(json.dumps({**seen, "epoch": seen["epoch"] + 5}))
+    assert restore_detected()
+
+
+def test_a_queued_apply_task_does_not_resume_a_restored_database_before_recovery(
+    approved_case, live_orders
+):
+    case = approved_case()
+    _simulate_restore()
+
+    with contextlib.suppress(RecoveryRequired):
+        tasks.apply_case(case.pk)  # a task re-delivered from the restored ORM queue
+
+    claimed = CaseEvent.objects.filter(case=case, action="cases.case.claimed").first()
+    recovered = CaseEvent.objects.filter(case=case, detail__transition="hold_for_recovery").first()
+    if claimed is not None:
+        assert recovered is not None, "claimed before any hold_for_recovery"
+        assert recovered.pk < claimed.pk, (
+            "an attempt claimed and sent the operation of a restored case before recovery "
+            f"checked it against the source ({Attempt.objects.filter(case=case).count()} "
+            f"attempt(s), {len(live_orders.state('ORD-7731')['operations'])} applied)"
+        )
