@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "django_fsm",
     "django_q",
     "cases",
@@ -141,6 +142,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Cases that outlive the worker that started them.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # The API docs work on a closed network: Swagger UI is served from our static files.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "ENUM_NAME_OVERRIDES": {
         "CaseStatusEnum": "cases.models.Status",
         "ProposalStatusEnum": "approvals.models.Proposal.Status",

@@ -176,3 +176,20 @@ def test_database_url_parses_postgres_and_sqlite():
 def test_database_url_rejects_what_it_cannot_use(url):
     with pytest.raises(ImproperlyConfigured):
         parse_database_url(url)
+
+
+def test_unknown_api_urls_answer_in_the_api_error_shape(client):
+    response = client.get("/api/cases/not-a-reference/")
+
+    assert response.status_code == 404
+    assert response.json()["error"] == "not_found"
+
+
+def test_api_docs_are_served_without_a_cdn(client, django_user_model):
+    user = django_user_model.objects.create_user(username="reader", password="pw")
+    client.force_login(user)
+
+    page = client.get("/api/docs/").content.decode()
+
+    assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in page
+    assert "cdn.jsdelivr.net" not in page
