@@ -19,8 +19,7 @@ def server_error(request):
         return JsonResponse(
             {
                 "error": "server_error",
-                "detail": "Something went wrong; nothing was changed "
-                "by this request unless its response said so.",
+                "detail": "Something went wrong on Holdfast's side.",
             },
             status=500,
         )
