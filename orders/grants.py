@@ -77,6 +77,8 @@ def grant_verify(
     """The grant if it is signed with ``key``, names exactly this operation, order and change,
     and has not expired at ``now`` (this system's clock); otherwise ``Refused``
     (``approval_invalid`` before ``approval_expired``: an expiry is only believed when signed)."""
+    if not key:
+        raise _invalid("No grant key is configured: no grant can be verified.")
     parts = token.split(".")
     if len(parts) != 3 or parts[0] != PREFIX or not parts[1] or not parts[2]:
         raise _invalid("The approval grant is malformed.")

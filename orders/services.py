@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -82,14 +83,25 @@ class OperationRequest:
         return hashlib.sha256(_canonical(intent).encode("utf-8")).hexdigest()
 
 
+OPERATION_KEY_PATTERN = re.compile(r"[A-Za-z0-9._:-]+")
+
+
 def operation_request_parse(*, order_id: str, body: object) -> OperationRequest:
     """A well-formed request, or ``Refused`` ``invalid_field`` naming every bad field."""
     if not isinstance(body, dict):
         raise invalid({"body": "Must be a JSON object."})
     fields: dict[str, str] = {}
     key = body.get("operation_key")
-    if not isinstance(key, str) or not key.strip() or len(key) > MAX_KEY_LENGTH:
-        fields["operation_key"] = f"Must be a non-empty string of at most {MAX_KEY_LENGTH}."
+    if (
+        not isinstance(key, str)
+        or len(key) > MAX_KEY_LENGTH
+        or not OPERATION_KEY_PATTERN.fullmatch(key)
+    ):
+        # Keys are looked up by URL (GET /operations/{key}): only characters a path segment
+        # carries unchanged, so an applied operation can always be found by its key.
+        fields["operation_key"] = (
+            f"Must be 1 to {MAX_KEY_LENGTH} characters of letters, digits, '.', '_', ':' or '-'."
+        )
     change = body.get("change")
     delivery_date = None
     if not isinstance(change, dict) or set(change) != {"delivery_date"}:
@@ -162,8 +174,10 @@ def _key_reused(key: str) -> Refused:
 
 
 def _operation_apply_locked(request: OperationRequest) -> Outcome:
-    now = timezone.now()
     order = _lock_order(request.order_id)
+    # The clock is read once the lock is held: a request that waited on the lock is judged
+    # (grant expiry included) at the moment it can actually apply.
+    now = timezone.now()
     idempotent = not settings.ORDERS_DISABLE_IDEMPOTENCY
     fencing = not settings.ORDERS_DISABLE_FENCING
 

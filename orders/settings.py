@@ -28,7 +28,10 @@ DEBUG = env_bool("ORDERS_DEBUG", not PRODUCTION)
 def _secret(name: str, dev_default: str) -> str:
     """A secret from the environment; the development default is allowed only with debug on."""
     if DEBUG:
-        return env_str(name, dev_default)
+        value = env_str(name, dev_default)
+        if not value:
+            raise ImproperlyConfigured(f"{name} is set but empty.")
+        return value
     value = env_str(name)
     if not value:
         raise ImproperlyConfigured(f"{name} must not be empty when ORDERS_DEBUG is off.")

@@ -324,13 +324,22 @@ class OrderSystemClient:
     def fence(self, order_id: str, fencing_token: int) -> FenceResult:
         """Raise the order's minimum fencing token; later operations below it are refused."""
         _, body = self._write(f"/orders/{_seg(order_id)}/fence", {"fencing_token": fencing_token})
-        return self._parse(
+        result = self._parse(
             lambda: FenceResult(
                 order_id=_field(body, "order_id", str),
                 min_token=_field(body, "min_token", int),
             ),
             write=True,
         )
+        if result.order_id != order_id or result.min_token < fencing_token:
+            # A "200" that does not show the door closed is no fence: nothing may be proven
+            # absent on the strength of it.
+            raise EffectUnknown(
+                "fence_not_confirmed",
+                f"The fence answer for {order_id} shows {result.order_id} at min_token "
+                f"{result.min_token}, not at least {fencing_token}.",
+            )
+        return result
 
     # --- transport and classification ------------------------------------------------------
 
@@ -344,6 +353,8 @@ class OrderSystemClient:
         except httpx.TransportError as exc:
             # A GET changes nothing: asking again later is harmless.
             raise Transient("no_answer", _describe(exc)) from exc
+        except httpx.HTTPError as exc:  # e.g. an answer whose body cannot be decoded
+            raise ProtocolViolation("undecodable_answer", _describe(exc)) from exc
         if response.status_code == 200:
             return self._parse(lambda: _json_object(response), write=False)
         if absent and response.status_code == 404:
@@ -360,6 +371,9 @@ class OrderSystemClient:
         except httpx.TransportError as exc:
             # Read/write timeout, connection dropped or reset: the request may have arrived.
             raise EffectUnknown("no_answer", _describe(exc)) from exc
+        except httpx.HTTPError as exc:
+            # The request went out and the answer cannot be read (e.g. a broken body).
+            raise EffectUnknown("undecodable_answer", _describe(exc)) from exc
         if response.status_code in ok:
             return response, self._parse(lambda: _json_object(response), write=True)
         raise self._error_for(response, write=True)
@@ -381,8 +395,10 @@ class OrderSystemClient:
             body = {}
         code = body.get("error") if isinstance(body.get("error"), str) else ""
         detail = body.get("detail") if isinstance(body.get("detail"), str) else ""
-        if status == 503 or status == 429:
-            # The contract's 503 means "nothing applied"; 429 is a refusal before processing.
+        # Only the contract's own "503 unavailable" promises that nothing was applied. A bare
+        # 503 or a 429 may come from something in front of the order system after the write
+        # was forwarded: for a write that is no promise at all.
+        if (status == 503 and code == "unavailable") or (not write and status in (503, 429)):
             return Transient(
                 code or "unavailable",
                 detail or f"HTTP {status}",
