@@ -28,6 +28,7 @@ from cases.models import Attempt, Case, Status, WaitingOn
 from cases.services import (
     Actor,
     Worker,
+    _bump_and_save,
     _user_or_none,
     actor_label,
     apply_transition,
@@ -245,16 +246,7 @@ def _act_on_refusal(case_id: int, version: int, refusal: ClaimRefused) -> None:
             case.waiting_on = WaitingOn.OWNER
             case.waiting_reason = "Supervised: a person must start the apply"
             case.next_check_at = None
-            case.version += 1
-            case.save(
-                update_fields=[
-                    "waiting_on",
-                    "waiting_reason",
-                    "next_check_at",
-                    "version",
-                    "updated_at",
-                ]
-            )
+            _bump_and_save(case, ["waiting_on", "waiting_reason", "next_check_at"])
             record_event(
                 case=case,
                 action="cases.claim.refused",
@@ -267,7 +259,7 @@ def _act_on_refusal(case_id: int, version: int, refusal: ClaimRefused) -> None:
 def case_authorize_apply(*, case: Case, actor: Actor, expected_version: int) -> Case:
     """Supervised autonomy: a person starts this apply (a worker then claims it)."""
     from cases.scheduling import enqueue_on_commit
-    from cases.services import _bump_and_save, _check_version, _require
+    from cases.services import _check_version, _require
 
     with transaction.atomic():
         case = lock_case(case)
@@ -363,9 +355,7 @@ def attempt_acknowledge_cancel(*, attempt_id: int, worker: Worker) -> None:
         if updated:
             from cases.revocation import settle_after_stop
 
-            case.version += 1
-            case.save(update_fields=["version", "updated_at"])
-            record_event(
+            record_fact(
                 case=case,
                 action="cases.attempt.worker_stopped",
                 actor=worker,

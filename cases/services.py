@@ -612,8 +612,6 @@ def case_set_legal_hold(
         if case.legal_hold == hold:
             return case  # already as asked: nothing to change, whatever version was seen
         _check_version(case, expected_version)
-        if case.legal_hold == hold:
-            return case
         case.legal_hold = hold
         _bump_and_save(case, ["legal_hold"])
         record_event(

@@ -38,6 +38,7 @@ from cases.models import (
 )
 from cases.services import (
     Worker,
+    _bump_and_save,
     apply_transition,
     cancellations_mark_after_change,
     evidence_add,
@@ -174,10 +175,7 @@ def _record_applied(attempt: Attempt, worker: Worker, result: OperationResult) -
         )
         case.last_checked_order_version = result.order_version
         case.retry_count = 0
-        case.version += 1
-        case.save(
-            update_fields=["last_checked_order_version", "retry_count", "version", "updated_at"]
-        )
+        _bump_and_save(case, ["last_checked_order_version", "retry_count"])
         cancelling = not current and Attempt.objects.filter(
             pk=attempt.pk, state=Attempt.State.CANCEL_REQUESTED
         ).update(state=Attempt.State.STOPPED, finished_at=now)
@@ -261,9 +259,7 @@ def _notify(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
             notified_at=timezone.now()
         )
         Attempt.objects.filter(pk=attempt.pk).update(last_confirmed_step=Attempt.Step.NOTIFIED)
-        case.version += 1
-        case.save(update_fields=["version", "updated_at"])
-        record_event(
+        record_fact(
             case=case,
             action="cases.step.notified",
             actor=worker,
