@@ -158,8 +158,17 @@ class ProposalAdmin(admin.ModelAdmin):
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         if obj is not None:
             default_expiry, max_expiry = services.approval_expiry_bounds()
+            case = obj.case
+            # The case's delivery date belongs to its last source check; it is the date of the
+            # proposal's evidence only while that check read the same order version.
+            date_is_evidence = case.last_checked_order_version == obj.evidence_order_version
             context.update(
                 {
+                    "current_delivery_date": (
+                        case.order_delivery_date_seen if date_is_evidence else None
+                    ),
+                    "evidence": selectors.evidence_of(obj),
+                    "eligible_approvers": selectors.eligible_approvers(obj),
                     "why_not": selectors.why_cannot_decide(obj, request.user),
                     "approve_form": ApproveForm(prefix="approve"),
                     "reject_form": RejectForm(prefix="reject"),

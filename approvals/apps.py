@@ -4,3 +4,6 @@ from django.apps import AppConfig
 class ApprovalsConfig(AppConfig):
     name = "approvals"
     verbose_name = "Approvals"
+
+    def ready(self) -> None:
+        from approvals import actions  # noqa: F401 - registers its case actions

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.db.models import Q, QuerySet
 
 from approvals.models import Approval, Operation, Proposal
+from cases.models import EvidenceReference
 from cases.selectors import cases_for
 
 
@@ -42,3 +45,34 @@ def why_cannot_decide(proposal: Proposal, user) -> str:
     if not actor_may(user, "approvals.approve_proposal", proposal.case):
         return "Only the team's approvers decide proposals."
     return ""
+
+
+def eligible_approvers(proposal: Proposal) -> list:
+    """The people who may decide ``proposal``: active members of its case's team who hold the
+    approve permission (directly, through a group, or as a superuser member), never its
+    preparer. The same rule as ``cases.services.actor_may``, in one query.
+    """
+    approve = Permission.objects.filter(
+        content_type__app_label="approvals", codename="approve_proposal"
+    )
+    people = (
+        get_user_model()
+        .objects.filter(holdfast_teams__cases=proposal.case_id, is_active=True)
+        .filter(
+            Q(is_superuser=True)
+            | Q(user_permissions__in=approve)
+            | Q(groups__permissions__in=approve)
+        )
+        .distinct()
+        .order_by("username")
+    )
+    if proposal.prepared_by_id is not None:
+        people = people.exclude(pk=proposal.prepared_by_id)
+    return list(people)
+
+
+def evidence_of(proposal: Proposal) -> list[EvidenceReference]:
+    """The evidence references the proposal rests on, newest first."""
+    return list(
+        EvidenceReference.objects.filter(case=proposal.case_id, pk__in=proposal.evidence_ids)
+    )

@@ -210,19 +210,31 @@ def proposal_prepare(
     return proposal
 
 
+def review_due_at(submitted_at: dt.datetime) -> dt.datetime:
+    """When the approvers are late on a proposal submitted at ``submitted_at``."""
+    return submitted_at + dt.timedelta(minutes=settings.APPROVAL_REVIEW_SLA_MINUTES)
+
+
 def _submit(case: Case, proposal: Proposal, actor: Actor) -> None:
+    """Submit for review. The case's follow-up becomes the review deadline, so an overdue case
+    awaiting review means its approvers are late (no worker acts on awaiting-review cases)."""
     operation = _operation_for(case, proposal.order_id, proposal.delivery_date)
     proposal.operation = operation
     proposal.status = Proposal.Status.AWAITING_REVIEW
     proposal.submitted_at = timezone.now()
     proposal.save(update_fields=["operation", "status", "submitted_at"])
+    due = review_due_at(proposal.submitted_at)
     apply_transition(
         case,
         "submit_for_review",
         actor=actor,
         reason=f"Submitted proposal #{proposal.pk} as operation {operation.key}",
-        detail={"proposal_id": proposal.pk, "operation_key": operation.key},
-        next_check_at=None,
+        detail={
+            "proposal_id": proposal.pk,
+            "operation_key": operation.key,
+            "review_due_at": due.isoformat(),
+        },
+        next_check_at=due,
     )
 
 
@@ -294,9 +306,12 @@ def case_change_intent(
                     pk=proposal.operation_id, confirmed_at__isnull=True, retired_at__isnull=True
                 ).update(retired_at=timezone.now())
         if case.status in {Status.AWAITING_REVIEW, Status.READY}:
+            # The review deadline ends with the review; left set, the dispatcher would prepare
+            # a proposal on its own when it passed.
             apply_transition(
                 case,
                 "revise",
+                next_check_at=None if case.status == Status.AWAITING_REVIEW else False,
                 actor=actor,
                 reason=reason,
                 detail={
@@ -434,6 +449,7 @@ def proposal_reject(*, proposal: Proposal, actor: Actor, reason: str) -> Approva
             actor=actor,
             reason=reason.strip(),
             detail={"decision": reference, "proposal_id": proposal.pk},
+            next_check_at=None,  # the review deadline ends; the owner prepares another
         )
     return decision
 
@@ -472,7 +488,8 @@ def approval_expire(*, case: Case, actor: Actor = None, now: dt.datetime | None 
                 "proposal_id": proposal.pk,
                 "operation_key": proposal.operation.key if proposal.operation else None,
             },
-            next_check_at=None,
+            # Back in review: the approvers are late again after the review deadline.
+            next_check_at=review_due_at(timezone.now()),
         )
     return True
 
@@ -542,6 +559,7 @@ def proposal_invalidate_for_source_change(
         },
         waiting=(WaitingOn.ORDER_SYSTEM, "The order changed; reading current evidence"),
         next_check_at=timezone.now(),
+        retry_count=0,  # a fresh read: the bounded count of failed source checks restarts
     )
     enqueue_on_commit("reconciliation.tasks.source_check", case.pk)
     return True

@@ -16,11 +16,11 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
-from django_fsm import can_proceed
 
 from approvals.admin import OperationInline, ProposalInline
 from approvals.services import live_approval
 from cases import selectors, services
+from cases.actions import action_run, case_actions, get_action
 from cases.admin_inlines import ReadOnlyInline
 from cases.exceptions import CaseError
 from cases.models import (
@@ -181,14 +181,21 @@ class CaseChangeForm(forms.ModelForm):
                     self.fields[name].queryset = members
 
 
-class TransitionForm(forms.Form):
-    expected_version = forms.IntegerField(widget=forms.HiddenInput)
-    reason = forms.CharField(max_length=2000)
+class ActionForm(forms.Form):
+    """A case action's confirmation: the version the person saw and, where asked, why."""
 
+    expected_version = forms.IntegerField(widget=forms.HiddenInput, min_value=1)
+    reason = forms.CharField(
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="Kept in the case's timeline.",
+    )
 
-class ExpectedVersionForm(forms.Form):
-    expected_version = forms.IntegerField(min_value=1)
-    reason = forms.CharField(required=False, max_length=500)
+    def __init__(self, *args, needs_reason: bool = True, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["reason"].required = needs_reason
+        if not needs_reason:
+            self.fields["reason"].help_text = "Optional. Kept in the case's timeline."
 
 
 class PrepareForm(forms.Form):
@@ -205,8 +212,11 @@ class PrepareForm(forms.Form):
 
 class SettleForm(forms.Form):
     expected_version = forms.IntegerField(widget=forms.HiddenInput)
+    # No default verdict: the person must choose what the evidence shows.
     outcome = forms.ChoiceField(
-        choices=[("applied", "The change IS applied"), ("absent", "The change is NOT applied")]
+        choices=[("applied", "The change IS applied"), ("absent", "The change is NOT applied")],
+        widget=forms.RadioSelect,
+        label="What the evidence shows",
     )
     external_reference = forms.CharField(
         max_length=200, help_text="Where the evidence is: ticket, screen, log."
@@ -215,6 +225,15 @@ class SettleForm(forms.Form):
     order_version = forms.IntegerField(
         required=False, min_value=1, help_text="The order version it shows, if known."
     )
+
+
+class AbsenceForm(forms.Form):
+    user = forms.ModelChoiceField(queryset=User.objects.none())
+    away_until = forms.DateField(required=False)
+
+    def __init__(self, *args, people, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["user"].queryset = people
 
 
 class EvidenceForm(forms.ModelForm):
@@ -372,7 +391,7 @@ class CaseAdmin(admin.ModelAdmin):
         return HttpResponseRedirect(reverse("admin:cases_case_changelist"))
 
     def _revoke(self, request, cases, kind, reason=""):
-        from cases.revocation import case_revoke
+        from cases.revocation import case_revoke, describe_revocation
 
         for case in cases:
             try:
@@ -385,19 +404,7 @@ class CaseAdmin(admin.ModelAdmin):
             except CaseError as exc:
                 self.message_user(request, f"{case.reference}: {exc.detail}", messages.ERROR)
                 continue
-            if result.already:
-                text = f"{case.reference}: already revoked or closed; nothing to do."
-            elif result.settled:
-                text = f"{case.reference}: authority revoked; nothing was in flight, stopped."
-            else:
-                text = (
-                    f"{case.reference}: authority revoked; cancellation requested for "
-                    f"{', '.join(result.cancel_requested) or 'no running attempt'}"
-                    f"{'; outcome unknown, held for reconciliation' if result.uncertain else ''}"
-                    f"; fence {'raised' if result.fenced else 'NOT raised (retrying)'}. "
-                    "The case stays until its work is settled."
-                )
-            self.message_user(request, text, messages.WARNING)
+            self.message_user(request, describe_revocation(result), messages.WARNING)
 
     @admin.action(
         description="Delete selected cases (revoke authority, settle their work)",
@@ -478,78 +485,59 @@ class CaseAdmin(admin.ModelAdmin):
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def _case_panel_context(self, request, case):
-        from cases.services import available_transitions, transition_meta
-
-        transitions = [
-            {
-                "name": name,
-                "label": transition_meta(name)["custom"].get("label", name),
-                "url": reverse("admin:cases_case_transition", args=[case.pk, name]),
-            }
-            for name in available_transitions(case, request.user)
-        ]
-        can_add_evidence = services.actor_may(request.user, "cases.add_evidencereference", case)
+        actions = case_actions(case, request.user)
+        by_form = {a.form: a for a in actions if a.form}
+        buttons = []
+        for action in actions:
+            if action.form:
+                continue
+            url_name = "cases_case_transition" if action.transition else "cases_case_action"
+            buttons.append(
+                {
+                    "name": action.name,
+                    "label": action.label_for(case),
+                    "url": reverse(f"admin:{url_name}", args=[case.pk, action.name]),
+                    # An action with a reason or a consequence to confirm opens its confirm
+                    # page; the others are a button that posts at once.
+                    "confirm": action.needs_reason or bool(action.confirm),
+                    "danger": action.danger,
+                }
+            )
+        approval = live_approval(case) if not case.is_terminal else None
         return {
-            "next_action": describe_next_action(case),
-            "case_transitions": transitions,
+            "next_action": describe_next_action(case, actor=request.user),
+            "case_actions": buttons,
+            "case_transitions": [b for b in buttons if get_action(b["name"]).transition],
+            "case": case,
+            "approval": approval,
+            "autonomy_status": current_autonomy(),
+            "operation_keys": list(case.operations.values_list("key", flat=True)),
             "evidence_form": EvidenceForm(
                 initial={"expected_version": case.version}, prefix="evidence"
             )
-            if can_add_evidence
+            if "evidence" in by_form
             else None,
             "evidence_url": reverse("admin:cases_case_evidence", args=[case.pk]),
-            "case": case,
-            "approval": live_approval(case),
-            "autonomy_status": current_autonomy(),
-            "operation_keys": list(case.operations.values_list("key", flat=True)),
-            "case_buttons": self._case_buttons(request, case),
             "settle_form": SettleForm(initial={"expected_version": case.version}, prefix="settle")
-            if case.status == "held" and services.actor_may(request.user, "cases.lead_case", case)
+            if "settle" in by_form
             else None,
             "settle_url": reverse("admin:cases_case_settle", args=[case.pk]),
             "prepare_form": PrepareForm(
                 initial={"expected_version": case.version, "delivery_date": case.requested_date},
                 prefix="prepare",
             )
-            if case.status in {"preparing_proposal", "awaiting_review", "ready"}
-            and services.actor_may(request.user, "cases.work_case", case)
+            if "prepare" in by_form
             else None,
             "prepare_url": reverse("admin:cases_case_prepare", args=[case.pk]),
+            "live_url": reverse("live-case", args=[case.reference]),
         }
-
-    def _case_buttons(self, request, case):
-        """Workflow buttons beyond plain transitions, each backed by one service."""
-        lead = services.actor_may(request.user, "cases.lead_case", case)
-        worker = services.actor_may(request.user, "cases.work_case", case)
-        buttons = []
-        if case.status == "held" and lead:
-            buttons.append(("reconcile", "Reconcile now (fence, then look)"))
-        if case.status == "ready" and lead and not current_autonomy().is_autonomous:
-            buttons.append(("authorize", "Start the apply (supervised)"))
-        if case.status == "done" and worker and case.has_late_cancellation():
-            buttons.append(("reversal", "Propose reversal (new proposal, new approval)"))
-        if not case.is_terminal and case.revoked_at is None and lead and not can_proceed(case.stop):
-            # With work in flight a plain stop is refused; withdrawing revokes authority and
-            # settles what is running (the plain "Stop the work" covers the rest).
-            buttons.append(("withdraw", "Withdraw (revoke authority, settle work in flight)"))
-        if lead and case.purged_at is None:
-            # The button names the state it asks for: a stale page cannot flip a hold back.
-            buttons.append(
-                ("lift_legal_hold", "Lift the legal hold")
-                if case.legal_hold
-                else ("place_legal_hold", "Place a legal hold (blocks purging)")
-            )
-        return [
-            {"label": label, "url": reverse("admin:cases_case_action", args=[case.pk, name])}
-            for name, label in buttons
-        ]
 
     # --- buttons ------------------------------------------------------------------------------
     def get_urls(self):
         custom = [
             path(
                 "<int:pk>/transition/<str:name>/",
-                self.admin_site.admin_view(self.transition_view),
+                self.admin_site.admin_view(self.action_view),
                 name="cases_case_transition",
             ),
             path(
@@ -578,9 +566,15 @@ class CaseAdmin(admin.ModelAdmin):
     def _scoped_case(self, request, pk):
         return get_object_or_404(self.get_queryset(request), pk=pk)
 
-    def transition_view(self, request, pk, name):
-        if name not in services.MANUAL_TRANSITIONS:
-            raise Http404(f"No manual action {name!r}.")
+    def action_view(self, request, pk, name):
+        """One case action: GET confirms what it will do (and asks why), POST runs it.
+
+        Every action is checked and executed by ``cases.actions.action_run``; this view only
+        renders its confirm page and the outcome.
+        """
+        action = get_action(name)
+        if action is None or action.execute is None:
+            raise Http404(f"No action {name!r}.")
         case = self._scoped_case(request, pk)
         change_url = reverse("admin:cases_case_change", args=[case.pk])
         if request.method != "POST":
@@ -592,80 +586,40 @@ class CaseAdmin(admin.ModelAdmin):
                     "opts": self.model._meta,
                     "case": case,
                     "name": name,
-                    "label": services.transition_meta(name)["custom"].get("label", name),
-                    "form": TransitionForm(initial={"expected_version": case.version}),
-                    "title": f"{case.reference}: confirm",
+                    "label": action.label_for(case),
+                    "consequence": action.confirm_for(case),
+                    "confirm_label": action.confirm_label_for(case),
+                    "danger": action.danger,
+                    "form": ActionForm(
+                        initial={"expected_version": case.version},
+                        needs_reason=action.needs_reason,
+                    ),
+                    "title": f"{case.reference}: {action.label_for(case)}",
                 },
             )
-        form = TransitionForm(request.POST)
-        if not form.is_valid():
-            self.message_user(request, "Give a reason for this action.", messages.ERROR)
-            return HttpResponseRedirect(change_url)
-        try:
-            services.case_transition(
-                case=case, transition=name, actor=request.user, **form.cleaned_data
-            )
-        except CaseError as exc:
-            self.message_user(request, exc.detail, messages.ERROR)
-        else:
-            self.message_user(request, f"{case.reference}: done.", messages.SUCCESS)
-        return HttpResponseRedirect(change_url)
-
-    def action_view(self, request, pk, name):
-        """POST-only workflow buttons; each calls exactly one service."""
-        from cases.claims import case_authorize_apply
-        from reconciliation.settle import case_propose_reversal, case_reconcile
-
-        case = self._scoped_case(request, pk)
-        change_url = reverse("admin:cases_case_change", args=[case.pk])
-        if request.method != "POST":
-            return HttpResponseRedirect(change_url)
-        form = ExpectedVersionForm(request.POST)
+        form = ActionForm(request.POST, needs_reason=action.needs_reason)
         if not form.is_valid():
             self.message_user(
-                request, "The page was incomplete; reload it and try again.", messages.ERROR
+                request,
+                "Nothing was done: "
+                + (
+                    "give a reason for this action."
+                    if "reason" in form.errors
+                    else "the page was incomplete; reload it and try again."
+                ),
+                messages.ERROR,
             )
             return HttpResponseRedirect(change_url)
-        version = form.cleaned_data["expected_version"]
         try:
-            if name == "reconcile":
-                if not services.actor_may(request.user, "cases.lead_case", case):
-                    raise PermissionDenied
-                outcome = case_reconcile(case_id=case.pk, actor=request.user)
-                message = f"{case.reference}: reconciliation — {outcome}."
-            elif name == "authorize":
-                case_authorize_apply(case=case, actor=request.user, expected_version=version)
-                message = f"{case.reference}: apply started; a worker claims it now."
-            elif name == "reversal":
-                proposal = case_propose_reversal(
-                    case=case, actor=request.user, expected_version=version
-                )
-                message = (
-                    f"{case.reference}: reversal proposed (proposal #{proposal.pk}); it "
-                    "needs its own approval."
-                )
-            elif name in {"place_legal_hold", "lift_legal_hold"}:
-                hold = name == "place_legal_hold"
-                services.case_set_legal_hold(
-                    case=case,
-                    actor=request.user,
-                    hold=hold,
-                    expected_version=version,
-                    reason=form.cleaned_data["reason"] or "Changed in the admin",
-                )
-                message = f"{case.reference}: legal hold {'set' if hold else 'lifted'}."
-            elif name == "withdraw":
-                self._revoke(
-                    request,
-                    [case],
-                    "withdrawn",
-                    reason=request.POST.get("reason") or "Withdrawn in the admin",
-                )
-                return HttpResponseRedirect(change_url)
-            else:
-                raise Http404(f"No action {name!r}.")
+            message = action_run(
+                case=case,
+                name=name,
+                actor=request.user,
+                expected_version=form.cleaned_data["expected_version"],
+                reason=form.cleaned_data["reason"],
+            )
         except CaseError as exc:
-            self.message_user(request, exc.detail, messages.ERROR)
+            self.message_user(request, f"Nothing was done: {exc.detail}", messages.ERROR)
         else:
             self.message_user(request, message, messages.SUCCESS)
         return HttpResponseRedirect(change_url)
@@ -860,6 +814,50 @@ class StaffProfileAdmin(admin.ModelAdmin):
         except CaseError as exc:
             raise PermissionDenied(exc.detail) from exc
 
+    def get_urls(self):
+        return [
+            path(
+                "mark-away/",
+                self.admin_site.admin_view(self.mark_away_view),
+                name="cases_staffprofile_mark_away",
+            ),
+            *super().get_urls(),
+        ]
+
+    def mark_away_view(self, request):
+        """The home page's "Away and back" form: one service call, then back home."""
+        home = reverse("admin:index")
+        if request.method != "POST":
+            return HttpResponseRedirect(home)
+        form = AbsenceForm(request.POST, people=selectors.team_people(request.user))
+        if not form.is_valid():
+            errors = "; ".join(" ".join(v) for v in form.errors.values())
+            self.message_user(request, f"Nothing was changed: {errors}", messages.ERROR)
+            return HttpResponseRedirect(home)
+        person = form.cleaned_data["user"]
+        back = request.POST.get("mark") == "back"
+        until = None if back else form.cleaned_data["away_until"]
+        if not back and until is None:
+            self.message_user(
+                request, "Nothing was changed: say until when they are away.", messages.ERROR
+            )
+            return HttpResponseRedirect(home)
+        try:
+            services.staff_set_away(user=person, away_until=until, actor=request.user)
+        except CaseError as exc:
+            self.message_user(request, f"Nothing was changed: {exc.detail}", messages.ERROR)
+            return HttpResponseRedirect(home)
+        name = person.get_full_name() or person.get_username()
+        if back:
+            text = f"{name} is back: their cases are theirs again."
+        else:
+            text = (
+                f"{name} is away until {until:%Y-%m-%d}: their cases fall to their named "
+                "backups (each case's timeline says so)."
+            )
+        self.message_user(request, text, messages.SUCCESS)
+        return HttpResponseRedirect(home)
+
     def has_delete_permission(self, request, obj=None):
         return False
 
@@ -888,6 +886,14 @@ class _QueueAdmin(admin.ModelAdmin):
 
     def get_model_perms(self, request):
         return {"view": self.has_view_permission(request)}
+
+    # Bulk actions are offered only to those the action itself would admit (an auditor sees
+    # none); each case is still checked on its own team by cases.actions.action_run.
+    def has_lead_permission(self, request):
+        return request.user.has_perm("cases.lead_case")
+
+    def has_work_permission(self, request):
+        return request.user.has_perm("cases.work_case")
 
     @admin.display(description="case")
     def case_link(self, case):
@@ -934,18 +940,28 @@ class HeldCaseAdmin(_QueueAdmin):
         count = case.evidence.count()
         return f"{count}: latest {latest.external_reference}" if latest else "none"
 
-    @admin.action(description="Reconcile now (fence, then look)")
+    @admin.action(description="Reconcile now (fence, then look)", permissions=["lead"])
     def reconcile_now(self, request, queryset):
-        from reconciliation.settle import case_reconcile
+        _run_on_each(self, request, queryset, "reconcile", "")
 
-        for case in queryset:
-            if not services.actor_may(request.user, "cases.lead_case", case):
-                self.message_user(
-                    request, f"{case.reference}: only leads reconcile.", messages.ERROR
-                )
-                continue
-            outcome = case_reconcile(case_id=case.pk, actor=request.user)
-            self.message_user(request, f"{case.reference}: {outcome}", messages.INFO)
+
+def _run_on_each(model_admin, request, queryset, name: str, reason: str) -> None:
+    """A queue's bulk action: the same checked action as the case page's button, per case."""
+    for case in queryset:
+        try:
+            message = action_run(
+                case=case,
+                name=name,
+                actor=request.user,
+                expected_version=case.version,
+                reason=reason,
+            )
+        except CaseError as exc:
+            model_admin.message_user(
+                request, f"{case.reference}: nothing was done: {exc.detail}", messages.ERROR
+            )
+        else:
+            model_admin.message_user(request, message, messages.SUCCESS)
 
 
 @admin.register(AttentionCase)
@@ -960,7 +976,15 @@ class AttentionCaseAdmin(_QueueAdmin):
         "confirmed_steps",
         "next_check",
     ]
-    actions = None
+    actions = ["check_source_now"]
+
+    @admin.action(
+        description="Check the source now (a worker reads the order again)", permissions=["work"]
+    )
+    def check_source_now(self, request, queryset):
+        _run_on_each(
+            self, request, queryset, "request_source_check", "Asked from the needs-attention queue"
+        )
 
     @admin.display(description="confirmed steps")
     def confirmed_steps(self, case):

@@ -6,4 +6,4 @@ class CasesConfig(AppConfig):
     verbose_name = "Cases"
 
     def ready(self) -> None:
-        from cases import checks  # noqa: F401 - registers the system checks
+        from cases import actions, checks  # noqa: F401 - registers the checks and actions

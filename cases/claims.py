@@ -280,7 +280,7 @@ def case_authorize_apply(*, case: Case, actor: Actor, expected_version: int) -> 
             actor=actor,
             reason="A person started the apply (supervised autonomy)",
         )
-        enqueue_on_commit("cases.tasks.apply_case", case.pk)
+        enqueue_on_commit("reconciliation.tasks.apply_case", case.pk)
     return case
 
 

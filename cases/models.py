@@ -132,12 +132,18 @@ class WaitingOn(models.TextChoices):
     WORKER = "worker", "A background worker"
 
 
+def overdue_cutoff(now: dt.datetime | None = None) -> dt.datetime:
+    """A next check before this moment is overdue: due now is not late, only past the grace."""
+    return (now or timezone.now()) - dt.timedelta(minutes=settings.FOLLOW_UP_GRACE_MINUTES)
+
+
 class CaseQuerySet(models.QuerySet):
     def open(self):
         return self.exclude(status__in=TERMINAL_STATUSES)
 
     def overdue(self, now: dt.datetime | None = None):
-        return self.open().filter(next_check_at__lt=now or timezone.now())
+        """Open cases whose follow-up is really late: past the grace that work due now has."""
+        return self.open().filter(next_check_at__lt=overdue_cutoff(now))
 
     def responsible(self, user, on: dt.date | None = None):
         """Cases for which ``user`` is the responsible person today (owner, or backup if away)."""
@@ -254,7 +260,7 @@ class Case(FSMModelMixin, models.Model):
     @property
     def is_overdue(self) -> bool:
         return bool(
-            not self.is_terminal and self.next_check_at and self.next_check_at < timezone.now()
+            not self.is_terminal and self.next_check_at and self.next_check_at < overdue_cutoff()
         )
 
     # --- guards ---------------------------------------------------------------------------
@@ -282,7 +288,7 @@ class Case(FSMModelMixin, models.Model):
         target=Status.WAITING_SOURCE,
         conditions=[account_verified, account_has_access],
         permission="cases.work_case",
-        custom={"label": "Check the order source", "manual": True},
+        custom={"label": "Check the source now", "manual": True},
     )
     def request_source_check(self):
         """Ask the workers to (re)read the order: the case waits for the order system."""

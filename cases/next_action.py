@@ -1,13 +1,20 @@
-"""'What may happen next', in plain words, derived from a case's state and nothing else."""
+"""'What may happen next', in plain words, derived from a case's state and nothing else.
+
+The permitted actions come from ``cases.actions.case_actions``, the same list the admin's buttons
+and the API's ``allowed_transitions`` come from. A finished case reads as finished: no reason to
+wait, nobody to answer, no follow-up.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
 
+from django.conf import settings
 from django.utils import timezone
 
-from cases.models import Case, Status, WaitingOn
+from cases.actions import case_actions, who_may
+from cases.models import Case, Status, WaitingOn, overdue_cutoff
 
 _HEADLINES = {
     Status.NEW: "New request: verify the customer's account before any work starts.",
@@ -26,19 +33,8 @@ _HEADLINES = {
     Status.STOPPED: "Stopped: access or the work context was revoked and the work is settled.",
 }
 
-_ACTION_WORDS = {
-    "request_source_check": "check the order source again",
-    "escalate": "escalate to a person",
-    "requeue": "put it back in the apply queue (all guards re-checked)",
-    "cancel": "cancel (nothing has been sent yet)",
-    "stop": "stop the work",
-}
-
-_WHO_FOR_PERMISSION = {
-    "cases.work_case": "agents and leads of the team",
-    "cases.lead_case": "the team's leads",
-    None: "anyone on the team",
-}
+NOTHING_BY_HAND = "Nothing by hand: the workflow or a worker acts next."
+FINISHED = "Nothing: the case is finished."
 
 
 @dataclass(frozen=True)
@@ -48,6 +44,14 @@ class NextAction:
     who_must_answer: str
     follow_up: str
     permitted: list[str] = field(default_factory=list)
+    finished: bool = False
+    overdue: bool = False
+
+    @property
+    def permitted_text(self) -> str:
+        if self.permitted:
+            return "; ".join(self.permitted)
+        return FINISHED if self.finished else NOTHING_BY_HAND
 
     @property
     def text(self) -> str:
@@ -63,66 +67,90 @@ class NextAction:
         return " ".join(parts)
 
 
-def _person(user) -> str:
+def person(user) -> str:
     if user is None:
         return "nobody"
     full = user.get_full_name()
     return f"{full} ({user.get_username()})" if full else user.get_username()
 
 
+def _names(people) -> str:
+    people = [person(p) for p in people]
+    if not people:
+        return ""
+    if len(people) == 1:
+        return people[0]
+    return ", ".join(people[:-1]) + f" or {people[-1]}"
+
+
+def _approvers(case: Case) -> str:
+    """The people who may decide the proposal awaiting review (never its preparer)."""
+    proposal = case.proposals.filter(status="awaiting_review").first()
+    if proposal is None:
+        return f"an approver of {case.team} other than the proposal's preparer"
+    from approvals.selectors import eligible_approvers  # the proposal's own rule
+
+    names = _names(eligible_approvers(proposal))
+    if not names:
+        return f"nobody yet: {case.team} has no approver other than the proposal's preparer"
+    return names
+
+
 def _who_must_answer(case: Case) -> str:
     responsible = case.responsible_now
+    absence = ""
+    if case.owner_is_away and case.backup_id:
+        absence = (
+            f", the named backup, while {person(case.owner)} is away until "
+            f"{case.owner.staff_profile.away_until:%Y-%m-%d}"
+        )
+    if case.status == Status.HELD:
+        who = f"{person(responsible)}{absence or ', the responsible person'}"
+        return f"{who}, must reconcile it from the order system's evidence"
     if case.waiting_on == WaitingOn.OWNER:
-        if case.owner_is_away and case.backup_id:
-            return (
-                f"{_person(responsible)}, the named backup, while {_person(case.owner)} is away "
-                f"until {case.owner.staff_profile.away_until:%Y-%m-%d}"
-            )
-        return f"{_person(responsible)}, the responsible person"
-    if case.waiting_on == WaitingOn.APPROVERS:
-        return f"an approver of {case.team} other than the proposal's preparer"
+        return f"{person(responsible)}{absence or ', the responsible person'}"
+    if case.waiting_on == WaitingOn.APPROVERS or case.status == Status.AWAITING_REVIEW:
+        return f"{_approvers(case)}; {person(responsible)} is responsible for following up"
     if case.waiting_on == WaitingOn.NOBODY:
         return ""
     label = WaitingOn(case.waiting_on).label.lower() if case.waiting_on else ""
-    return f"{label}; {_person(responsible)} is responsible for following up"
+    return f"{label}; {person(responsible)} is responsible for following up"
 
 
-def _follow_up(case: Case, now: dt.datetime) -> str:
-    if case.is_terminal:
-        if case.retention_until:
-            return f"Closed; kept until {case.retention_until:%Y-%m-%d} under the retention policy."
-        return ""
+def _when(moment: dt.datetime) -> str:
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M %Z")
+
+
+def _follow_up(case: Case, now: dt.datetime) -> tuple[str, bool]:
     if case.next_check_at is None:
-        return "No follow-up time is set."
-    when = timezone.localtime(case.next_check_at).strftime("%Y-%m-%d %H:%M %Z")
-    if case.next_check_at < now:
-        return f"Follow-up is overdue since {when}."
-    return f"Next check at {when}."
+        return "No follow-up time is set.", False
+    when = _when(case.next_check_at)
+    if case.next_check_at < overdue_cutoff(now):
+        return f"Follow-up is overdue since {when}.", True
+    if case.next_check_at <= now:
+        return f"Due now (since {when}); a worker picks it up within minutes.", False
+    if case.status == Status.AWAITING_REVIEW:
+        return f"The approvers should decide by {when}.", False
+    return f"Next check at {when}.", False
 
 
 def _join(first: str, second: str) -> str:
     return f"{first}; {second}" if first else second
 
 
-def describe_next_action(case: Case, *, now: dt.datetime | None = None) -> NextAction:
-    """Explain the case to someone who never saw the original conversation."""
-    from cases.services import available_transitions, transition_meta
-
-    now = now or timezone.now()
-    permitted = []
-    for name in available_transitions(case):
-        who = _WHO_FOR_PERMISSION.get(transition_meta(name)["permission"], "the team")
-        permitted.append(f"{_ACTION_WORDS.get(name, name)} ({who})")
+def _why(case: Case) -> str:
     why = case.waiting_reason or ""
     if case.outstanding_question:
-        why = (
-            f"{why}; open question: {case.outstanding_question}"
-            if why
-            else (f"open question: {case.outstanding_question}")
+        why = _join(why, f"open question: {case.outstanding_question}")
+    if case.status == Status.WAITING_SOURCE and case.retry_count:
+        why = _join(
+            why,
+            f"{case.retry_count} failed source check{'s' if case.retry_count != 1 else ''} in a "
+            f"row (a person is asked after {settings.SOURCE_CHECK_ATTEMPT_LIMIT})",
         )
     if case.last_error and case.status in {Status.NEEDS_ATTENTION, Status.HELD}:
-        why = f"{why}; last error: {case.last_error}" if why else f"last error: {case.last_error}"
-    if case.revoked_at is not None and not case.is_terminal:
+        why = _join(why, f"last error: {case.last_error}")
+    if case.revoked_at is not None:
         why = _join(
             why,
             f"authority revoked ({case.revocation_kind}): no new work is admitted "
@@ -134,10 +162,70 @@ def describe_next_action(case: Case, *, now: dt.datetime | None = None) -> NextA
             "a cancellation request is recorded; it is honoured only once the "
             "order system's evidence shows nothing was applied",
         )
+    return why
+
+
+def _finished(case: Case, permitted: list[str]) -> NextAction:
+    """A done, cancelled or stopped case: what happened, and what (if anything) is left."""
+    from cases.actions import get_action
+
+    headline = _HEADLINES[Status(case.status)]
+    why = ""
+    told = get_action("customer_told")
+    if told is not None and told.available(case):
+        late = case.has_late_cancellation() or case.revoked_at is not None
+        why = (
+            "The change is applied although "
+            + (
+                "the customer asked to cancel or the work was withdrawn"
+                if late
+                else "no notification step ran"
+            )
+            + ": the customer has not been told"
+        )
+    elif case.status == Status.DONE and case.has_late_cancellation():
+        why = (
+            "The customer asked to cancel after the change was applied; they were told the "
+            "change is applied. Reversing it is a new proposal with its own approval"
+        )
+    follow_up = ""
+    if case.retention_until:
+        follow_up = (
+            f"Closed; kept until {case.retention_until:%Y-%m-%d} under the retention policy."
+        )
+        if case.legal_hold:
+            follow_up = "Closed; under legal hold, so nothing of it is purged."
+    who = f"{person(case.responsible_now)}, the responsible person" if why else ""
+    return NextAction(
+        headline=headline,
+        why_waiting=why,
+        who_must_answer=who,
+        follow_up=follow_up,
+        permitted=permitted,
+        finished=True,
+    )
+
+
+def describe_next_action(case: Case, *, actor=None, now: dt.datetime | None = None) -> NextAction:
+    """Explain the case to someone who never saw the original conversation.
+
+    ``permitted`` lists what ``actor`` may do now (what anyone on the team may, with who, when
+    no actor is given) — the same actions the case page offers as buttons.
+    """
+    now = now or timezone.now()
+    actions = [a for a in case_actions(case, actor) if a.in_summary]
+    if actor is None:
+        permitted = [f"{a.words_for(case)} ({who_may(a)})" for a in actions]
+    else:
+        permitted = [a.words_for(case) for a in actions]
+    if case.is_terminal:
+        return _finished(case, permitted)
+    follow_up, overdue = _follow_up(case, now)
     return NextAction(
         headline=_HEADLINES[Status(case.status)],
-        why_waiting=why,
+        why_waiting=_why(case),
         who_must_answer=_who_must_answer(case),
-        follow_up=_follow_up(case, now),
+        follow_up=follow_up,
         permitted=permitted,
+        overdue=overdue,
     )

@@ -60,6 +60,29 @@ def case_revoke(
     return result
 
 
+def describe_revocation(result: Revocation) -> str:
+    """What a revocation did, in the words an operator reads after pressing the button."""
+    case = result.case
+    if result.already:
+        return f"{case.reference}: already revoked or closed; nothing to do."
+    if result.settled:
+        return f"{case.reference}: authority revoked; nothing was in flight, stopped."
+    if result.fenced:
+        fence = "fence raised: older attempts are refused by the order system"
+    elif result.fence_failed:
+        fence = "the fence could not be raised yet (reconciliation fences again)"
+    elif result.cancel_requested or result.uncertain:
+        fence = "the order system is fenced as soon as this is saved"
+    else:
+        fence = "no fence was needed"
+    running = ", ".join(result.cancel_requested) or "no running attempt"
+    uncertain = "; outcome unknown, held for reconciliation" if result.uncertain else ""
+    return (
+        f"{case.reference}: authority revoked; cancellation requested for {running}"
+        f"{uncertain}; {fence}. The case stays until its work is settled."
+    )
+
+
 def _revoke_in_transaction(case: Case, actor: Actor, reason: str, kind: str) -> Revocation:
     from approvals.models import Proposal
     from approvals.services import _close_proposal, _revoke_approvals

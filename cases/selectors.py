@@ -48,6 +48,15 @@ def team_members(team: Team) -> QuerySet:
     return User.objects.filter(holdfast_teams=team, is_active=True).order_by("username")
 
 
+def team_people(user) -> QuerySet:
+    """Active people who share a team with ``user`` (``user`` included)."""
+    return (
+        User.objects.filter(holdfast_teams__in=teams_for(user), is_active=True)
+        .distinct()
+        .order_by("username")
+    )
+
+
 def case_get_for(user, reference: str) -> Case:
     from cases.exceptions import CaseNotFound
 

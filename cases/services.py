@@ -121,15 +121,11 @@ def transition_meta(name: str) -> dict[str, Any]:
 
 
 def available_transitions(case: Case, actor: Actor | None = None) -> list[str]:
-    """Manual transitions permitted now (all guards hold), and for ``actor`` if given."""
-    names = []
-    for name in MANUAL_TRANSITIONS:
-        if not can_proceed(getattr(case, name)):
-            continue
-        if actor is not None and not actor_may(actor, transition_meta(name)["permission"], case):
-            continue
-        names.append(name)
-    return names
+    """Manual transitions permitted now (all guards hold), and for ``actor`` if given: the
+    transitions of ``cases.actions.case_actions``, the one list every surface shows."""
+    from cases.actions import allowed_transitions
+
+    return allowed_transitions(case, actor)
 
 
 def lock_case(case_or_pk: Case | int) -> Case:
@@ -204,7 +200,7 @@ def apply_transition(
         raise TransitionRejected(
             f"{case.reference} is {case.get_status_display().lower()}: "
             f"'{name}' is not allowed now.",
-            allowed=available_transitions(case),
+            allowed=available_transitions(case, actor),
         )
     from_status = case.status
     method()
@@ -272,8 +268,15 @@ def case_transition(
             proposals_withdraw_open(case, f"Source re-check requested: {reason.strip()}")
         due_now = transition in {"request_source_check", "requeue"}
         next_check = timezone.now() if due_now else False
+        # A person asked for a fresh read: the bounded count of failed checks starts again.
+        restart: dict[str, Any] = {"retry_count": 0} if transition == "request_source_check" else {}
         apply_transition(
-            case, transition, actor=actor, reason=reason.strip(), next_check_at=next_check
+            case,
+            transition,
+            actor=actor,
+            reason=reason.strip(),
+            next_check_at=next_check,
+            **restart,
         )
     return case
 
@@ -488,11 +491,11 @@ def evidence_record(
 # --- people ------------------------------------------------------------------------------------
 
 
-def staff_set_away(*, user, away_until: dt.date | None, actor: Actor) -> None:
-    """Mark a person away until a date (inclusive); their cases fall to their backups."""
-    from cases.models import StaffProfile, Team
+def actor_may_set_away(*, actor: Actor, user) -> bool:
+    """Anyone may mark themselves away; a lead may mark the members of their teams."""
+    from cases.models import Team
 
-    allowed = (
+    return (
         isinstance(actor, Worker)
         or actor.pk == user.pk
         or actor.is_superuser
@@ -501,9 +504,54 @@ def staff_set_away(*, user, away_until: dt.date | None, actor: Actor) -> None:
             and Team.objects.filter(members=actor).filter(members=user).exists()
         )
     )
-    if not allowed:
+
+
+def staff_set_away(*, user, away_until: dt.date | None, actor: Actor) -> None:
+    """Mark a person away until a date (inclusive); their cases fall to their backups, and each
+    of their open cases records the hand-over (and the return) on its timeline."""
+    from cases.models import StaffProfile
+
+    if away_until is not None and away_until < timezone.localdate():
+        raise InvalidCaseInput(
+            "An absence ends today or later.", fields={"away_until": ["Today or later."]}
+        )
+    if not actor_may_set_away(actor=actor, user=user):
         raise ActionNotPermitted(f"{actor_label(actor)} may not change {user}'s absence.")
-    StaffProfile.objects.update_or_create(user=user, defaults={"away_until": away_until})
+    with transaction.atomic():
+        profile, _ = StaffProfile.objects.select_for_update().get_or_create(user=user)
+        was_away = profile.is_away()
+        profile.away_until = away_until
+        profile.save(update_fields=["away_until"])
+        if profile.is_away() == was_away:
+            return
+        # Responsibility for each open case this person owns changes hands: say so on the case.
+        owned = Case.objects.open().filter(owner=user, backup__isnull=False)
+        for pk in owned.values_list("pk", flat=True):
+            case = lock_case(pk)
+            if profile.is_away():
+                reason = (
+                    f"Responsibility passes to {_full_name(case.backup)}, the named backup, "
+                    f"while {_full_name(user)} is away until {away_until:%Y-%m-%d}"
+                )
+                action = "cases.case.responsibility_to_backup"
+            else:
+                reason = f"{_full_name(user)} is back: responsibility returns to the owner"
+                action = "cases.case.responsibility_to_owner"
+            record_fact(
+                case=case,
+                action=action,
+                actor=actor,
+                reason=reason,
+                detail={
+                    "owner": user.get_username(),
+                    "backup": case.backup.get_username(),
+                    "away_until": away_until.isoformat() if away_until else None,
+                },
+            )
+
+
+def _full_name(user) -> str:
+    return user.get_full_name() or user.get_username()
 
 
 # --- cancellation ------------------------------------------------------------------------------

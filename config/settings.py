@@ -226,11 +226,17 @@ APPROVAL_DEFAULT_MINUTES = env_int("APPROVAL_DEFAULT_MINUTES", 240, minimum=1)
 APPROVAL_MAX_MINUTES = env_int("APPROVAL_MAX_MINUTES", 24 * 60, minimum=1)
 if APPROVAL_MAX_MINUTES < APPROVAL_DEFAULT_MINUTES:
     raise ImproperlyConfigured("APPROVAL_MAX_MINUTES must not be below APPROVAL_DEFAULT_MINUTES.")
+# A proposal submitted for review is overdue (the approvers are late) after this long.
+APPROVAL_REVIEW_SLA_MINUTES = env_int("APPROVAL_REVIEW_SLA_MINUTES", 60, minimum=1)
+# A follow-up time is "overdue" only once it is this late: work due now is not yet late.
+FOLLOW_UP_GRACE_MINUTES = env_int("FOLLOW_UP_GRACE_MINUTES", 5, minimum=0)
 
 # --- Retries: one bounded policy, scheduled through the case's next check time -------------
 RETRY_BASE_SECONDS = env_float("RETRY_BASE_SECONDS", 5.0, minimum=0.0)
 RETRY_MAX_SECONDS = env_float("RETRY_MAX_SECONDS", 600.0, minimum=1.0)
 RETRY_JITTER = env_float("RETRY_JITTER", 0.2, minimum=0.0)
+# Consecutive failed source checks before the case goes to a person (needs attention).
+SOURCE_CHECK_ATTEMPT_LIMIT = env_int("SOURCE_CHECK_ATTEMPT_LIMIT", 5, minimum=1)
 
 
 # --- Leases per kind of work -------------------------------------------------------------

@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
 from approvals.api import ProposalViewSet
+from cases import live
 from cases.api import CaseViewSet
 
 router = DefaultRouter()
@@ -13,6 +14,9 @@ router.register("proposals", ProposalViewSet, basename="proposal")
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="admin:index", permanent=False)),
+    # Polled by open admin pages (cases.live); before the admin so its catch-all never sees them.
+    path("admin/live/cases/<str:reference>/", live.case_live, name="live-case"),
+    path("admin/live/queues/<str:name>/", live.queue_live, name="live-queue"),
     path("admin/", admin.site.urls),
     path("api/hooks/orders/", include("reconciliation.hooks")),
     path("api/", include(router.urls)),

@@ -19,6 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import Operation
+from approvals.services import review_due_at
 from cases.backoff import next_retry_at
 from cases.claims import (
     ClaimRefused,
@@ -393,7 +394,7 @@ def _finish(
                 actor=worker,
                 detail=detail,
                 reason=f"{text}; the same proposal needs a fresh decision",
-                next_check_at=None,
+                next_check_at=review_due_at(timezone.now()),
                 apply_authorized_by=None,
             )
         else:

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import Operation, Proposal
+from approvals.services import review_due_at
 from cases.backoff import next_retry_at
 from cases.exceptions import CaseError, InvalidCaseInput, TransitionRejected
 from cases.fencing import next_fencing_token
@@ -105,7 +106,9 @@ def case_reconcile(
 
         if restore_detected():
             return "skipped: recovery after restore required"
-    case = Case.objects.get(pk=case_id)
+    case = Case.objects.select_related("team").get(pk=case_id)
+    if not isinstance(actor, Worker):
+        _require(actor, "cases.lead_case", case, "reconcile the case")
     if case.status != Status.HELD:
         return "skipped"
     if isinstance(actor, Worker) and not current_autonomy().is_autonomous:
@@ -310,7 +313,7 @@ def _settle_absent(
             detail=detail,
             reason=f"Proven absent: {reason}. The approval expired during the "
             f"hold: {operation.key} needs a fresh decision before any apply",
-            next_check_at=None,
+            next_check_at=review_due_at(timezone.now()),
         )
         return "back to review"
     apply_transition(
@@ -479,3 +482,36 @@ def case_propose_reversal(*, case: Case, actor: Actor, expected_version: int) ->
             retention_until=None,
         )
         return proposal_prepare(case=case, actor=actor, delivery_date=case.order_delivery_date_seen)
+
+
+def case_record_customer_told(
+    *, case: Case, actor: Actor, expected_version: int, reason: str
+) -> Case:
+    """A person told the customer about a change that landed without the notify step (e.g. it
+    was applied before a withdrawal took effect): the notify step is confirmed by hand."""
+    if not reason.strip():
+        raise InvalidCaseInput("Say how the customer was told.", fields={"reason": ["Required."]})
+    with transaction.atomic():
+        case = lock_case(case.pk)
+        _require(actor, "cases.work_case", case, "record that the customer was told")
+        _check_version(case, expected_version)
+        untold = Operation.objects.filter(
+            case=case, confirmed_at__isnull=False, notified_at__isnull=True
+        )
+        keys = list(untold.values_list("key", flat=True))
+        if case.status != Status.DONE or not keys:
+            raise TransitionRejected(
+                f"{case.reference}: there is no applied change the customer has not been told "
+                "about.",
+                allowed=[],
+            )
+        untold.update(notified_at=timezone.now())
+        _bump_and_save(case, [])
+        record_event(
+            case=case,
+            action="cases.step.notified",
+            actor=actor,
+            reason=f"Customer told by hand: {reason.strip()}",
+            detail={"operations": keys, "by_hand": True},
+        )
+    return case

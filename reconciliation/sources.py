@@ -2,13 +2,20 @@
 
 The HTTP read happens outside any transaction; the outcome is recorded under the case lock.
 An unreachable source is not a reason to guess: the case keeps waiting on the order system
-with its next check on a bounded backoff.
+with its next check on a bounded backoff. ``Case.retry_count`` counts consecutive failed checks
+(a successful check, or a person asking for a check, resets it); the check that reaches
+``settings.SOURCE_CHECK_ATTEMPT_LIMIT`` hands the case to its owner in *needs attention*, where
+nothing is checked again until a person asks.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from django_fsm import can_proceed
 
 from cases.backoff import next_retry_at
 from cases.models import Case, EvidenceReference, Status, WaitingOn
@@ -123,18 +130,74 @@ def _escalate(case_or_id, actor, reason: str) -> str:
     return "needs_attention"
 
 
+# What a failed read means, in words for the case page (keyed by the client's error code).
+_PLAIN_FAILURE = {
+    "connect_failed": "could not be reached",
+    "no_answer": "did not answer",
+    "unavailable": "said it was unavailable",
+    "bad_gateway": "did not answer (a gateway in front of it failed)",
+    "protocol_violation": "answered in a way that does not follow the contract",
+    "undecodable_answer": "answered in a way that does not follow the contract",
+    "unexpected_status": "answered in a way that does not follow the contract",
+    "permission_revoked": "refused access to the order",
+}
+
+
+def source_failure_text(exc: OrderSystemError, failed_checks: int, at: dt.datetime) -> str:
+    """The last error in plain words: what happened, how many checks in a row, and when."""
+    what = _PLAIN_FAILURE.get(exc.error, "refused the read")
+    checks = "1 check" if failed_checks == 1 else f"{failed_checks} checks in a row"
+    when = at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    code = f"{exc.error}: {exc.detail}" if exc.detail else exc.error
+    return f"The order system {what} on {checks}; last at {when} ({code})"[:500]
+
+
 def _source_unavailable(case_id: int, actor, exc: OrderSystemError) -> str:
+    """Count one more consecutive failed check: back off, or give the case to its owner."""
     with transaction.atomic():
         case = lock_case(case_id)
         if case.status != Status.WAITING_SOURCE:
             return "skipped"
-        case.retry_count += 1
+        failed_checks = case.retry_count + 1
+        limit = settings.SOURCE_CHECK_ATTEMPT_LIMIT
+        text = source_failure_text(exc, failed_checks, timezone.now())
+        if failed_checks >= limit and can_proceed(case.escalate):
+            from approvals.services import proposals_withdraw_open
+
+            revoked = proposals_withdraw_open(case, f"Escalated: {text}")
+            apply_transition(
+                case,
+                "escalate",
+                actor=actor,
+                reason=f"The order source stayed unavailable: {text}",
+                detail={
+                    "failed_checks": failed_checks,
+                    "last_error": text,
+                    "error": exc.error,
+                    "attempt_limit": limit,
+                    "revoked_approvals": revoked,
+                },
+                waiting=(
+                    WaitingOn.OWNER,
+                    f"The order source failed {failed_checks} checks in a row: "
+                    "check the source now once it is back",
+                ),
+                # Nothing retries from needs attention: a person asks for the next check.
+                next_check_at=None,
+                retry_count=failed_checks,
+                last_error=text,
+            )
+            return "needs_attention"
+        case.retry_count = failed_checks
         case.next_check_at = next_retry_at(
-            case.retry_count, retry_after=getattr(exc, "retry_after", None)
+            failed_checks, retry_after=getattr(exc, "retry_after", None)
         )
-        case.last_error = f"{exc.error}: {exc.detail}"[:500]
+        case.last_error = text
         case.waiting_on = WaitingOn.ORDER_SYSTEM
-        case.waiting_reason = "The order system did not answer; checking again later"
+        case.waiting_reason = (
+            f"The order system did not answer ({failed_checks} of {limit} checks); "
+            "checking again later"
+        )
         _bump_and_save(
             case, ["retry_count", "next_check_at", "last_error", "waiting_on", "waiting_reason"]
         )
@@ -146,7 +209,10 @@ def _source_unavailable(case_id: int, actor, exc: OrderSystemError) -> str:
             f"{timezone.localtime(case.next_check_at):%H:%M:%S}",
             detail={
                 "error": exc.error,
-                "failures": case.retry_count,
+                "failures": failed_checks,
+                "failed_checks": failed_checks,
+                "attempt_limit": limit,
+                "last_error": text,
                 "next_check_at": case.next_check_at.isoformat(),
             },
         )

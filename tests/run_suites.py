@@ -2,7 +2,9 @@
 
 ``make test`` calls this. Suites: Holdfast (``config.settings``) and the reference order
 system (``orders.settings``), each on SQLite and, when a server answers, on PostgreSQL
-(``TEST_DATABASE_URL``, default ``postgres://postgres@127.0.0.1:5432/holdfast``). With
+(``TEST_DATABASE_URL``, default ``postgres://postgres@127.0.0.1:5432/holdfast``); and the
+browser suite (``tests/browser``) once, on PostgreSQL, or on SQLite when PostgreSQL does not
+answer. With
 ``REQUIRE_POSTGRES=1`` an unreachable PostgreSQL fails the run instead of skipping it.
 Extra arguments are passed to every pytest invocation (e.g. ``-k claim -x``).
 """
@@ -20,6 +22,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PG = "postgres://postgres@127.0.0.1:5432/holdfast"
+# The browser suite (Chromium through Playwright) runs once, on PostgreSQL when it answers.
+BROWSER = "tests/browser"
+BROWSER_IGNORE = f"--ignore={BROWSER}"
 
 
 def postgres_url() -> str:
@@ -102,7 +107,7 @@ def main(extra: list[str]) -> int:
         "DJANGO_ENV": "test",
     }
     plans = [
-        ("Holdfast suite on SQLite", ["tests"], sqlite_env),
+        ("Holdfast suite on SQLite", ["tests", BROWSER_IGNORE], sqlite_env),
         ("Order system suite on SQLite", ["--ds=orders.settings", "tests/orders"], sqlite_env),
     ]
     pg = postgres_url()
@@ -116,11 +121,14 @@ def main(extra: list[str]) -> int:
             "DJANGO_ENV": "test",
         }
         plans += [
-            ("Holdfast suite on PostgreSQL", ["tests"], pg_env),
+            ("Holdfast suite on PostgreSQL", ["tests", BROWSER_IGNORE], pg_env),
             ("Order system suite on PostgreSQL", ["--ds=orders.settings", "tests/orders"], pg_env),
+            ("Browser suite on PostgreSQL", [BROWSER], pg_env),
         ]
     else:
         print(f"PostgreSQL at {pg} does not answer: {why}", flush=True)
+        # The browser suite runs once; without PostgreSQL a newcomer still gets it.
+        plans.append(("Browser suite on SQLite", [BROWSER], sqlite_env))
     results = [run_suite(title, args, env, extra) for title, args, env in plans]
     print(f"\n{'=' * 20} summary {'=' * 20}")
     for r in results:

@@ -1,12 +1,13 @@
-"""The admin home: what needs a person now, and how much autonomy the workers have."""
+"""The admin home: what needs a person now, who is away, and how much autonomy the workers have."""
 
 from __future__ import annotations
 
 from django import template
 from django.urls import reverse
+from django.utils import timezone
 
 from cases import selectors
-from cases.models import Status
+from cases.models import StaffProfile, Status
 
 register = template.Library()
 
@@ -28,12 +29,12 @@ def holdfast_dashboard(context):
         (
             "Held: reconcile from evidence",
             cases.filter(status=Status.HELD).count(),
-            f"{changelist}?status__exact=held",
+            reverse("admin:cases_heldcase_changelist"),
         ),
         (
             "Needs attention",
             cases.filter(status=Status.NEEDS_ATTENTION).count(),
-            f"{changelist}?status__exact=needs_attention",
+            reverse("admin:cases_attentioncase_changelist"),
         ),
         ("Overdue follow-up", cases.overdue().count(), f"{changelist}?overdue=yes"),
         (
@@ -42,4 +43,34 @@ def holdfast_dashboard(context):
             reverse("admin:approvals_proposal_changelist") + "?status=awaiting_review",
         ),
     ]
-    return {"queues": queues, "autonomy_status": current_autonomy()}
+    return {
+        "queues": queues,
+        "autonomy_status": current_autonomy(),
+        "absence": absence_context(context["request"]),
+    }
+
+
+def absence_context(request) -> dict:
+    """Who may be marked away from the home page: oneself, and a lead's team members."""
+    from cases.services import actor_may_set_away
+
+    user = request.user
+    people = [
+        person
+        for person in selectors.team_people(user).select_related("staff_profile")
+        if actor_may_set_away(actor=user, user=person)
+    ]
+    today = timezone.localdate()
+    away = [
+        (person, person.staff_profile.away_until)
+        for person in people
+        if getattr(person, "staff_profile", None) and person.staff_profile.is_away(today)
+    ]
+    return {
+        "people": people,
+        "away": away,
+        "today": today,
+        "url": reverse("admin:cases_staffprofile_mark_away"),
+        "me": user,
+        "my_profile": StaffProfile.objects.filter(user=user).first(),
+    }

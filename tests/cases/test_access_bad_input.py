@@ -28,7 +28,7 @@ def test_admin_case_button_with_a_non_numeric_version_is_refused_not_a_500(case,
     events = CaseEvent.objects.count()
 
     response = client.post(
-        reverse("admin:cases_case_action", args=[case.pk, "legal_hold"]),
+        reverse("admin:cases_case_action", args=[case.pk, "place_legal_hold"]),
         {"expected_version": "abc", "reason": "x"},
     )
 

@@ -30,7 +30,7 @@ def test_stale_place_legal_hold_button_does_not_lift_a_hold_just_placed(case, le
     case_set_legal_hold(case=case, actor=backup, hold=True, reason="Litigation notice")
 
     client.post(
-        reverse("admin:cases_case_action", args=[case.pk, "legal_hold"]),
+        reverse("admin:cases_case_action", args=[case.pk, "place_legal_hold"]),
         {"expected_version": seen_version},
     )
 

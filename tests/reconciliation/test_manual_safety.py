@@ -30,7 +30,8 @@ def _held(case):
 def test_a_held_case_offers_no_manual_cancel_stop_or_escalate(make_case, lead):
     case = _held(make_case())
 
-    assert available_transitions(case, lead) == []
+    # Only a cancellation *request* is offered: it is saved and the case stays held.
+    assert available_transitions(case, lead) == ["cancel"]
     for name in ("cancel", "stop", "escalate"):
         if name == "cancel":
             # A cancellation on a held case is recorded, never applied as a status.

@@ -27,9 +27,14 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
 
 
 @contextlib.contextmanager
-def serve_holdfast() -> Iterator[str]:
-    """Serve Holdfast on 127.0.0.1 (a free port) and yield its base URL."""
+def serve_holdfast(*, static_files: bool = False) -> Iterator[str]:
+    """Serve Holdfast on 127.0.0.1 (a free port) and yield its base URL; with
+    ``static_files`` also the admin's CSS and JavaScript, which a browser needs."""
     app = get_wsgi_application()
+    if static_files:
+        from django.contrib.staticfiles.handlers import StaticFilesHandler
+
+        app = StaticFilesHandler(app)
 
     def application(environ, start_response):
         try:

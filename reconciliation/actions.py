@@ -1,0 +1,139 @@
+"""The case actions that need approvals or the order system, registered on the kernel's list.
+
+See ``cases.actions``: each action checks, then calls one service. Registered from
+``ReconciliationConfig.ready``.
+"""
+
+from __future__ import annotations
+
+from cases.actions import CaseAction, register
+from cases.models import Case, Status
+
+
+def _reconcile(*, case: Case, actor, expected_version: int, reason: str) -> str:
+    from reconciliation.settle import case_reconcile
+
+    outcome = case_reconcile(case_id=case.pk, actor=actor)
+    return f"{case.reference}: reconciliation — {outcome}."
+
+
+def _supervised(case: Case) -> bool:
+    from reconciliation.selectors import current_autonomy
+
+    return case.status == Status.READY and not current_autonomy().is_autonomous
+
+
+def _authorize(*, case: Case, actor, expected_version: int, reason: str) -> str:
+    from cases.claims import case_authorize_apply
+
+    case_authorize_apply(case=case, actor=actor, expected_version=expected_version)
+    return f"{case.reference}: apply started; a worker claims it now."
+
+
+def _reversal_available(case: Case) -> bool:
+    return (
+        case.status == Status.DONE
+        and case.account.access_active
+        and case.order_delivery_date_seen is not None
+        and case.has_late_cancellation()
+    )
+
+
+def _reversal(*, case: Case, actor, expected_version: int, reason: str) -> str:
+    from reconciliation.settle import case_propose_reversal
+
+    proposal = case_propose_reversal(case=case, actor=actor, expected_version=expected_version)
+    return (
+        f"{case.reference}: reversal proposed (proposal #{proposal.pk}, back to "
+        f"{proposal.delivery_date:%Y-%m-%d}); it needs its own approval."
+    )
+
+
+def customer_not_told(case: Case) -> bool:
+    """The change is confirmed but no notification step ever ran (e.g. it landed after a
+    withdrawal, when no further steps run)."""
+    from approvals.models import Operation
+
+    return (
+        case.status == Status.DONE
+        and Operation.objects.filter(
+            case=case, confirmed_at__isnull=False, notified_at__isnull=True
+        ).exists()
+    )
+
+
+def _customer_told(*, case: Case, actor, expected_version: int, reason: str) -> str:
+    from reconciliation.settle import case_record_customer_told
+
+    case_record_customer_told(
+        case=case, actor=actor, expected_version=expected_version, reason=reason
+    )
+    return f"{case.reference}: recorded that the customer was told."
+
+
+register(
+    CaseAction(
+        name="reconcile",
+        label="Reconcile now (fence, then look)",
+        words="reconcile now: fence the order, then read the operation by key",
+        permission="cases.lead_case",
+        available=lambda case: case.status == Status.HELD,
+        execute=_reconcile,
+        needs_reason=False,
+        order=1,
+    )
+)
+register(
+    CaseAction(
+        name="settle",
+        label="Record the settlement from evidence",
+        words="record the settlement from the order system's evidence",
+        permission="cases.lead_case",
+        available=lambda case: case.status == Status.HELD,
+        form="settle",
+        order=2,
+    )
+)
+register(
+    CaseAction(
+        name="authorize",
+        label="Start the apply (supervised)",
+        words="start the apply (the order system is not autonomous)",
+        permission="cases.lead_case",
+        available=_supervised,
+        execute=_authorize,
+        needs_reason=False,
+        order=5,
+    )
+)
+register(
+    CaseAction(
+        name="reversal",
+        label="Propose reversal (new proposal, new approval)",
+        words="propose a reversal (a new proposal that needs its own approval)",
+        permission="cases.work_case",
+        available=_reversal_available,
+        execute=_reversal,
+        needs_reason=False,
+        confirm=lambda case: (
+            f"A new proposal moves the delivery of {case.order_id} back to "
+            f"{case.order_delivery_date_seen:%Y-%m-%d}; it gets its own operation key and needs "
+            "its own approval."
+        ),
+        confirm_label="Propose the reversal",
+        order=6,
+    )
+)
+register(
+    CaseAction(
+        name="customer_told",
+        label="Record that the customer was told",
+        words="tell the customer the change is applied, then record it",
+        permission="cases.work_case",
+        available=customer_not_told,
+        execute=_customer_told,
+        confirm="Record how and when the customer was told that the change is applied.",
+        confirm_label="Record it",
+        order=7,
+    )
+)

@@ -1,0 +1,331 @@
+"""The approver's decision page: what a decision rests on, who may decide, and real forms.
+
+The browser proof that the buttons work is ``tests/browser/test_decision_page_browser.py``; these
+tests pin the content and the HTML structure with the Django test client.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from html.parser import HTMLParser
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.urls import reverse
+from django.utils import timezone
+
+from approvals import selectors, services
+from approvals.models import Approval, Proposal
+from cases.models import Case
+from cases.next_action import describe_next_action
+
+from .conftest import in_days, read_order, reload
+
+NOTE = "Please deliver on Friday instead; the loading dock is closed on Thursday."
+SLOT = "Slot {date}: 1 of 5 taken"
+
+
+def _page(client, user, proposal) -> str:
+    client.force_login(user)
+    response = client.get(reverse("admin:approvals_proposal_change", args=[proposal.pk]))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def _named(user, first: str, last: str):
+    user.first_name, user.last_name = first, last
+    user.save()
+    return user
+
+
+@pytest.fixture
+def noted_proposal(make_case, agent, approver, lead):
+    """A proposal by the agent for a case with a customer's note, with an advisory slot note."""
+    _named(approver, "Ari", "Approver")
+    case = read_order(make_case(note=NOTE))
+    date = case.requested_date
+    return services.proposal_prepare(
+        case=case, actor=agent, slot_note=SLOT.format(date=f"{date:%Y-%m-%d}")
+    )
+
+
+class _FormTree(HTMLParser):
+    """Records, for every form, the forms it is nested in and the controls inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.stack: list[dict] = []
+        self.forms: list[dict] = []
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "form":
+            form = {"id": attrs.get("id"), "parents": [f["id"] for f in self.stack]}
+            form.update(controls=[], buttons=[], action=attrs.get("action"))
+            self.forms.append(form)
+            self.stack.append(form)
+        elif self.stack and tag in {"input", "textarea", "select"}:
+            self.stack[-1]["controls"].append(attrs.get("name"))
+        elif self.stack and tag == "button":
+            self.stack[-1]["buttons"].append(attrs.get("type"))
+
+    def handle_endtag(self, tag):
+        if tag == "form" and self.stack:
+            self.stack.pop()
+
+
+def _forms(body: str) -> dict[str | None, dict]:
+    tree = _FormTree()
+    tree.feed(body)
+    return {form["id"]: form for form in tree.forms}
+
+
+# --- content --------------------------------------------------------------------------------
+
+
+def test_page_shows_current_and_requested_dates_the_note_slot_and_exact_expiry(
+    client, approver, noted_proposal, settings
+):
+    case = reload(noted_proposal.case)
+    assert case.order_delivery_date_seen == in_days(3)
+    before = services.approval_expiry_bounds()
+    body = _page(client, approver, noted_proposal)
+    after = services.approval_expiry_bounds()
+
+    current = body.index('id="hf-current-date"')
+    requested = body.index('id="hf-requested-date"')
+    assert f"{in_days(3):%a %Y-%m-%d}" in body[current:requested]
+    assert "order version 1" in body[current:requested]
+    assert f"{case.requested_date:%a %Y-%m-%d}" in body[requested : requested + 300]
+    assert "the loading dock is closed on Thursday." in body
+    captured = timezone.localtime(noted_proposal.created_at)
+    assert (
+        f"{SLOT.format(date=f'{case.requested_date:%Y-%m-%d}')} (advisory, captured "
+        f"{captured:%Y-%m-%d %H:%M} UTC" in body
+    )
+    assert f"order:{case.order_id}@v1" in body  # the evidence reference it rests on
+    assert any(
+        f"expires by default at {default:%Y-%m-%d %H:%M} UTC (latest allowed "
+        f"{latest:%Y-%m-%d %H:%M} UTC)" in body
+        for default, latest in (before, after)
+    )
+    assert "Approve this exact proposal" in body
+
+
+def test_page_says_not_checked_when_no_slot_was_captured(client, approver, checked_case, agent):
+    proposal = services.proposal_prepare(case=reload(checked_case), actor=agent)
+    assert proposal.slot_note == ""
+    body = _page(client, approver, proposal)
+    assert '<dd id="hf-slot">not checked</dd>' in body
+
+
+def test_page_says_when_the_customer_left_no_note(client, approver, proposal):
+    body = _page(client, approver, proposal)
+    assert '<dd id="hf-note">No note from the customer.</dd>' in body
+
+
+def test_eligible_approvers_are_the_teams_approvers_other_than_the_preparer_in_one_query(
+    own_proposal,
+    preparer,
+    approver,
+    make_user,
+    team,
+    far_approver,
+    lead,
+    auditor,
+    django_assert_num_queries,
+):
+    _named(approver, "Ari", "Approver")
+    direct = make_user("dana", "agent", teams=[team], first_name="Dana", last_name="Direct")
+    direct.user_permissions.add(Permission.objects.get(codename="approve_proposal"))
+    gone = make_user("gone", "approver", teams=[team], is_active=False)
+    make_user("root", "agent", teams=[team], is_superuser=True)
+    outside_root = make_user("admin", "agent", is_superuser=True)
+    assert gone.has_perm("approvals.approve_proposal") is False  # inactive
+
+    with django_assert_num_queries(1):
+        people = selectors.eligible_approvers(own_proposal)
+
+    assert [p.username for p in people] == ["approver", "dana", "root"]
+    assert preparer not in people  # holds the permission, but prepared it
+    assert far_approver not in people
+    assert outside_root not in people
+    assert lead not in people
+    assert auditor not in people
+    # The list agrees with the rule the service enforces.
+    for user in get_user_model().objects.all():
+        may = services.actor_may(user, "approvals.approve_proposal", own_proposal.case)
+        expected = may and user.pk != preparer.pk and user.pk != outside_root.pk
+        assert (user in people) is expected, user.username
+
+
+def test_page_names_who_may_decide_with_full_names_and_usernames(
+    client, approver, own_proposal, preparer, far_approver
+):
+    _named(approver, "Ari", "Approver")
+    body = _page(client, approver, own_proposal)
+    deciders = body[body.index('id="hf-deciders"') :]
+    deciders = deciders[: deciders.index("</dd>")]
+    assert "Ari Approver (approver)" in deciders
+    assert "pat" not in deciders  # the preparer never decides their own proposal
+    assert "far" not in deciders
+
+
+def test_page_says_nobody_may_decide_when_the_only_approver_prepared_it(
+    client, own_proposal, preparer
+):
+    body = _page(client, preparer, own_proposal)
+    assert "Nobody: no one of Deliveries other than the preparer holds the approve permission." in (
+        body
+    )
+
+
+# --- who sees buttons -----------------------------------------------------------------------
+
+
+def test_the_decision_forms_are_real_forms_outside_the_change_form(client, approver, proposal):
+    forms = _forms(_page(client, approver, proposal))
+    approve, reject = forms["hf-approve"], forms["hf-reject"]
+    assert approve["parents"] == []
+    assert reject["parents"] == []
+    assert approve["action"] == reverse("admin:approvals_proposal_approve", args=[proposal.pk])
+    assert reject["action"] == reverse("admin:approvals_proposal_reject", args=[proposal.pk])
+    assert set(approve["controls"]) == {
+        "csrfmiddlewaretoken",
+        "approve-expires_at",
+        "approve-reason",
+    }
+    assert set(reject["controls"]) == {"csrfmiddlewaretoken", "reject-reason"}
+    assert approve["buttons"] == ["submit"]
+    assert reject["buttons"] == ["submit"]
+    assert "proposal_form" in forms  # the admin's own change form is still there, separately
+
+
+def test_preparer_sees_why_and_who_may_decide_but_no_buttons(
+    client, own_proposal, preparer, approver
+):
+    body = _page(client, preparer, own_proposal)
+    assert (
+        "<strong>No decision buttons:</strong> You prepared this proposal; another approver of "
+        "the team must decide it." in body
+    )
+    assert "approver" in body[body.index('id="hf-deciders"') :]
+    assert "Approve this exact proposal" not in body
+    forms = _forms(body)
+    assert "hf-approve" not in forms
+    assert "hf-reject" not in forms
+
+
+def test_team_member_without_the_approve_permission_sees_why_and_no_buttons(
+    client, auditor, proposal
+):
+    body = _page(client, auditor, proposal)
+    assert "Only the team&#x27;s approvers decide proposals." in body
+    assert "hf-approve" not in _forms(body)
+
+
+def test_an_other_teams_user_gets_404_from_the_decisions_and_never_sees_the_page(
+    client, outsider, far_approver, proposal
+):
+    for user in (outsider, far_approver):
+        client.force_login(user)
+        page = client.get(reverse("admin:approvals_proposal_change", args=[proposal.pk]))
+        assert page.status_code == 302  # the admin's "doesn't exist", as for a missing one
+        assert "Decide: move" not in page.content.decode()
+        approve = client.post(
+            reverse("admin:approvals_proposal_approve", args=[proposal.pk]),
+            {"approve-reason": "looks fine"},
+        )
+        reject = client.post(
+            reverse("admin:approvals_proposal_reject", args=[proposal.pk]),
+            {"reject-reason": "no"},
+        )
+        assert approve.status_code == 404
+        assert reject.status_code == 404
+    assert not Approval.objects.filter(proposal=proposal).exists()
+    assert Proposal.objects.get(pk=proposal.pk).status == Proposal.Status.AWAITING_REVIEW
+
+
+def test_approving_from_the_page_shows_the_approval_reference(client, approver, proposal):
+    client.force_login(approver)
+    response = client.post(
+        reverse("admin:approvals_proposal_approve", args=[proposal.pk]),
+        {"approve-reason": "Slot is free"},
+        follow=True,
+    )
+    approval = Approval.objects.get(proposal=proposal)
+    until = timezone.localtime(approval.expires_at)
+    assert (
+        f"{approval.reference} approves {proposal.case.reference} until {until:%Y-%m-%d %H:%M}."
+        in response.content.decode()
+    )
+    assert "This proposal is approved; nothing to decide." in response.content.decode()
+
+
+# --- the review deadline ----------------------------------------------------------------------
+
+
+def test_submitting_for_review_sets_the_follow_up_to_the_review_deadline(
+    checked_case, agent, settings
+):
+    settings.APPROVAL_REVIEW_SLA_MINUTES = 25
+    proposal = services.proposal_prepare(case=reload(checked_case), actor=agent)
+    case = reload(checked_case)
+    assert case.status == "awaiting_review"
+    assert case.next_check_at == proposal.submitted_at + dt.timedelta(minutes=25)
+    event = case.events.filter(to_status="awaiting_review").get()
+    assert event.detail["review_due_at"] == case.next_check_at.isoformat()
+
+    just_before = case.next_check_at - dt.timedelta(seconds=1)
+    assert not Case.objects.overdue(now=just_before).filter(pk=case.pk).exists()
+    assert not describe_next_action(case, now=just_before).follow_up.startswith("Follow-up is")
+    # "Overdue" allows the follow-up grace the case desk gives any due time.
+    grace = dt.timedelta(minutes=getattr(settings, "FOLLOW_UP_GRACE_MINUTES", 0))
+    late = case.next_check_at + grace + dt.timedelta(seconds=1)
+    assert Case.objects.overdue(now=late).filter(pk=case.pk).exists()
+    assert describe_next_action(case, now=late).follow_up.startswith("Follow-up is overdue since")
+
+
+def test_submitting_a_draft_later_counts_the_deadline_from_the_submission(
+    checked_case, agent, settings
+):
+    settings.APPROVAL_REVIEW_SLA_MINUTES = 60
+    draft = services.proposal_prepare(case=reload(checked_case), actor=agent, submit=False)
+    assert reload(checked_case).next_check_at is None
+    submitted = services.proposal_submit(proposal=draft, actor=agent)
+    case = reload(checked_case)
+    assert case.next_check_at == submitted.submitted_at + dt.timedelta(minutes=60)
+
+
+def test_a_decision_ends_the_review_deadline(proposal, approver, agent, make_case):
+    due = reload(proposal.case).next_check_at
+    assert due is not None
+    services.proposal_approve(proposal=proposal, actor=approver)
+    approved = reload(proposal.case)
+    assert approved.status == "ready"
+    assert approved.next_check_at < due
+
+    rejected_case = read_order(make_case())
+    rejected = services.proposal_prepare(case=rejected_case, actor=agent)
+    assert reload(rejected_case).next_check_at is not None
+    services.proposal_reject(proposal=rejected, actor=approver, reason="Wrong date")
+    after_reject = reload(rejected_case)
+    # Left set, the dispatcher would prepare a proposal on its own when the deadline passed.
+    assert after_reject.status == "preparing_proposal"
+    assert after_reject.next_check_at is None
+
+
+def test_a_changed_intent_during_review_ends_the_review_deadline(proposal, agent):
+    case = reload(proposal.case)
+    assert case.next_check_at is not None
+    services.case_change_intent(
+        case=case,
+        actor=agent,
+        delivery_date=case.requested_date + dt.timedelta(days=1),
+        reason="The customer asked for the day after",
+        expected_version=case.version,
+    )
+    revised = reload(case)
+    assert revised.status == "preparing_proposal"
+    assert revised.next_check_at is None

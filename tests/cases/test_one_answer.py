@@ -1,0 +1,240 @@
+"""One answer to "what may happen next": buttons, the API, a 409 and the words agree."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from cases.actions import case_actions
+from cases.models import CaseEvent
+from cases.next_action import describe_next_action
+from cases.services import case_transition, case_update_followup, staff_set_away
+from tests.cases.helpers import reload
+
+ROLES = ["lead", "backup", "agent", "approver", "auditor"]
+
+
+def _page(client: Client, case) -> str:
+    response = client.get(reverse("admin:cases_case_change", args=[case.pk]))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def _button_names(content: str, case) -> set[str]:
+    """The actions the case page offers, read from its links and forms' targets."""
+    base = f"/admin/cases/case/{case.pk}/"
+    return set(re.findall(rf'(?:href|action)="{base}(?:transition|do)/(\w+)/"', content))
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_case_page_api_and_words_list_the_same_actions(request, role, case, api):
+    user = request.getfixturevalue(role)
+    client = Client()
+    client.force_login(user)
+    fresh = reload(case)
+    expected = {a.name for a in case_actions(fresh, user) if not a.form}
+
+    assert _button_names(_page(client, case), case) == expected
+    detail = api(user).get(f"/api/cases/{case.reference}/").json()
+    transitions = {a.name for a in case_actions(fresh, user) if a.transition}
+    assert set(detail["allowed_transitions"]) == transitions
+    words = describe_next_action(fresh, actor=user).permitted
+    assert words == [a.words_for(fresh) for a in case_actions(fresh, user) if a.in_summary]
+
+
+def test_auditor_is_offered_nothing(auditor, case):
+    client = Client()
+    client.force_login(auditor)
+
+    content = _page(client, case)
+
+    assert _button_names(content, case) == set()
+    assert "Permitted now</dt><dd>Nothing by hand" in content
+    assert 'id="hf-evidence"' not in content
+
+
+def test_a_refused_transition_lists_only_what_that_person_may_do(agent, case, api):
+    """An agent may not stop a case: the 409's list must not tempt them with 'stop'."""
+    case_transition(
+        case=case,
+        transition="escalate",
+        expected_version=case.version,
+        reason="Needs a person",
+        actor=agent,
+    )
+    fresh = reload(case)
+
+    response = api(agent).post(
+        f"/api/cases/{case.reference}/transitions/",
+        {"transition": "requeue", "expected_version": fresh.version, "reason": "again"},
+        format="json",
+    )
+
+    assert response.status_code in {403, 409}
+    if response.status_code == 409:
+        allowed = response.json()["allowed"]
+        assert "stop" not in allowed
+        assert set(allowed) == {a.name for a in case_actions(fresh, agent) if a.transition}
+
+
+def test_a_refusal_for_a_state_lists_the_callers_transitions(agent, case, api):
+    """The bug this pins: the 409 listed 'stop' to an agent, who may not stop."""
+    response = api(agent).post(
+        f"/api/cases/{case.reference}/transitions/",
+        {
+            "transition": "request_source_check",
+            "expected_version": case.version,
+            "reason": "again",
+        },
+        format="json",
+    )
+
+    assert response.status_code == 409
+    body = response.json()
+    assert body["error"] == "transition_not_allowed"
+    assert "stop" not in body["allowed"]
+    assert set(body["allowed"]) == {"escalate", "cancel"}
+
+
+def test_a_case_due_now_is_not_overdue_until_the_grace_passes(case, lead, settings):
+    settings.FOLLOW_UP_GRACE_MINUTES = 5
+    now = timezone.now()
+    case_update_followup(case=case, expected_version=case.version, actor=lead, next_check_at=now)
+    fresh = reload(case)
+
+    assert not fresh.is_overdue
+    assert describe_next_action(fresh, now=now + dt.timedelta(minutes=1)).overdue is False
+    assert "Due now" in describe_next_action(fresh, now=now + dt.timedelta(minutes=1)).follow_up
+    late = describe_next_action(fresh, now=now + dt.timedelta(minutes=6))
+    assert late.overdue is True
+    assert late.follow_up.startswith("Follow-up is overdue since")
+    assert fresh in type(fresh).objects.overdue(now=now + dt.timedelta(minutes=6))
+    assert fresh not in type(fresh).objects.overdue(now=now + dt.timedelta(minutes=1))
+
+
+def test_a_cancelled_case_reads_as_finished(case, lead):
+    case_transition(
+        case=case,
+        transition="cancel",
+        expected_version=case.version,
+        reason="Customer withdrew",
+        actor=lead,
+    )
+    client = Client()
+    client.force_login(lead)
+
+    content = _page(client, case)
+    action = describe_next_action(reload(case), actor=lead)
+
+    assert action.finished
+    assert action.why_waiting == ""
+    assert action.who_must_answer == ""
+    assert "Why it waits" not in content
+    assert "Who must answer" not in content
+    assert "a worker acts next" not in content
+    assert "Nothing: the case is finished." in content or action.permitted
+
+
+def test_cancel_confirm_page_explains_and_is_not_labelled_cancel(case, lead):
+    client = Client()
+    client.force_login(lead)
+
+    response = client.get(reverse("admin:cases_case_transition", args=[case.pk, "cancel"]))
+
+    content = response.content.decode()
+    assert "What this does:" in content
+    assert "nothing has been sent to the order system yet" in content.lower()
+    assert f'value="Yes, cancel {case.reference}"' in content
+    assert 'value="Cancel"' not in content
+    assert 'name="reason"' in content
+
+
+def test_an_action_without_a_reason_changes_nothing_and_says_why(case, lead):
+    client = Client()
+    client.force_login(lead)
+    before = reload(case).version
+
+    response = client.post(
+        reverse("admin:cases_case_action", args=[case.pk, "place_legal_hold"]),
+        {"expected_version": before, "reason": ""},
+        follow=True,
+    )
+
+    assert "Nothing was done: give a reason" in response.content.decode()
+    assert reload(case).version == before
+    assert reload(case).legal_hold is False
+
+
+def test_marking_the_owner_away_puts_the_handover_on_the_timeline(case, lead, backup):
+    until = timezone.localdate() + dt.timedelta(days=2)
+
+    staff_set_away(user=lead, away_until=until, actor=lead)
+
+    event = CaseEvent.objects.filter(case=case).order_by("-id").first()
+    assert event.action == "cases.case.responsibility_to_backup"
+    assert "Bo Backup" in event.reason
+    assert f"{until:%Y-%m-%d}" in event.reason
+    assert reload(case).responsible_now == backup
+
+    staff_set_away(user=lead, away_until=None, actor=lead)
+
+    event = CaseEvent.objects.filter(case=case).order_by("-id").first()
+    assert event.action == "cases.case.responsibility_to_owner"
+
+
+def test_marking_away_again_without_a_change_of_hands_writes_nothing(case, lead):
+    until = timezone.localdate() + dt.timedelta(days=2)
+    staff_set_away(user=lead, away_until=until, actor=lead)
+    count = CaseEvent.objects.filter(case=case).count()
+
+    staff_set_away(user=lead, away_until=until + dt.timedelta(days=1), actor=lead)
+
+    assert CaseEvent.objects.filter(case=case).count() == count
+
+
+def test_home_page_counts_open_their_queues_and_offer_the_away_form(lead, case):
+    client = Client()
+    client.force_login(lead)
+
+    content = client.get(reverse("admin:index")).content.decode()
+
+    assert f'href="{reverse("admin:cases_heldcase_changelist")}"' in content
+    assert f'href="{reverse("admin:cases_attentioncase_changelist")}"' in content
+    assert f'action="{reverse("admin:cases_staffprofile_mark_away")}"' in content
+
+
+def test_home_page_away_form_marks_a_team_member_away(lead, backup, case):
+    client = Client()
+    client.force_login(lead)
+    until = timezone.localdate() + dt.timedelta(days=1)
+
+    response = client.post(
+        reverse("admin:cases_staffprofile_mark_away"),
+        {"user": lead.pk, "away_until": until.isoformat(), "mark": "away"},
+        follow=True,
+    )
+
+    assert "is away until" in response.content.decode()
+    assert reload(case).responsible_now == backup
+
+
+def test_home_page_away_form_refuses_another_teams_person(agent, outsider):
+    client = Client()
+    client.force_login(agent)
+    until = timezone.localdate() + dt.timedelta(days=1)
+
+    response = client.post(
+        reverse("admin:cases_staffprofile_mark_away"),
+        {"user": outsider.pk, "away_until": until.isoformat(), "mark": "away"},
+        follow=True,
+    )
+
+    assert "Nothing was changed" in response.content.decode()
+    assert not hasattr(type(outsider).objects.get(pk=outsider.pk), "staff_profile") or (
+        type(outsider).objects.get(pk=outsider.pk).staff_profile.away_until is None
+    )

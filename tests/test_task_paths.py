@@ -1,0 +1,47 @@
+"""Every task path Holdfast enqueues or schedules resolves to a real function.
+
+Tests that replace the enqueue function never import the task, so a misspelt path (it once
+named ``cases.tasks.apply_case``, which does not exist) would only fail in a real worker.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+from django.utils.module_loading import import_string
+
+ROOT = Path(__file__).resolve().parent.parent
+APPS = ("cases", "approvals", "reconciliation", "config")
+_PATH = re.compile(r"""["']((?:cases|approvals|reconciliation)\.tasks\w*\.\w+)["']""")
+
+
+def _paths_in_source() -> set[str]:
+    found = set()
+    for app in APPS:
+        for path in (ROOT / app).rglob("*.py"):
+            found.update(_PATH.findall(path.read_text()))
+    return found
+
+
+def test_the_scan_finds_the_known_task_paths():
+    paths = _paths_in_source()
+    assert "reconciliation.tasks.apply_case" in paths
+    assert "approvals.tasks.prepare_proposal" in paths
+
+
+@pytest.mark.parametrize("path", sorted(_paths_in_source()))
+def test_task_path_resolves(path):
+    module, _, name = path.rpartition(".")
+    importlib.import_module(module)
+    assert callable(import_string(path)), path
+
+
+@pytest.mark.django_db
+def test_every_schedule_names_a_real_task():
+    from django_q.models import Schedule
+
+    for func in Schedule.objects.values_list("func", flat=True):
+        assert callable(import_string(func)), func
