@@ -221,8 +221,14 @@ def describe_next_action(case: Case, *, actor=None, now: dt.datetime | None = No
     if case.is_terminal:
         return _finished(case, permitted)
     follow_up, overdue = _follow_up(case, now)
+    headline = _HEADLINES[Status(case.status)]
+    if case.status == Status.READY and not case.nothing_applied():
+        headline = (
+            "Applied: the change is confirmed at the order system; a worker finishes the "
+            "steps after it (tell the customer, close). Nothing is sent again."
+        )
     return NextAction(
-        headline=_HEADLINES[Status(case.status)],
+        headline=headline,
         why_waiting=_why(case),
         who_must_answer=_who_must_answer(case),
         follow_up=follow_up,
