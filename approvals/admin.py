@@ -31,6 +31,10 @@ class ProposalInline(ReadOnlyInline):
     ordering = ["-created_at"]
     show_change_link = True
 
+    def get_queryset(self, request):
+        visible = selectors.proposals_for(request.user).values("pk")
+        return super().get_queryset(request).filter(pk__in=visible)
+
 
 class OperationInline(ReadOnlyInline):
     model = Operation
@@ -44,6 +48,10 @@ class OperationInline(ReadOnlyInline):
         "result_order_version",
     ]
     readonly_fields = fields
+
+    def get_queryset(self, request):
+        visible = selectors.operations_for(request.user).values("pk")
+        return super().get_queryset(request).filter(pk__in=visible)
 
 
 class ApprovalInline(ReadOnlyInline):
@@ -60,6 +68,10 @@ class ApprovalInline(ReadOnlyInline):
         "reason",
     ]
     readonly_fields = fields
+
+    def get_queryset(self, request):
+        visible = selectors.approvals_for(request.user).values("pk")
+        return super().get_queryset(request).filter(pk__in=visible)
 
 
 class ApproveForm(forms.Form):

@@ -11,16 +11,25 @@ from rest_framework.response import Response
 from approvals import selectors, services
 from approvals.models import Proposal
 from approvals.serializers import ApproveSerializer, ProposalSerializer, RejectSerializer
+from cases.api_errors import error_responses
 from cases.exceptions import CaseNotFound
+from cases.throttling import ThrottleRefusalsMixin
 
 
-class ProposalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class ProposalViewSet(
+    ThrottleRefusalsMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    viewsets.GenericViewSet,
+):
     serializer_class = ProposalSerializer
 
     def get_queryset(self):
-        qs = selectors.proposals_for(self.request.user).prefetch_related("approvals__decided_by")
+        qs = selectors.proposals_for(self.request.user).prefetch_related(
+            "approvals__decided_by", "authors__user"
+        )
         status = self.request.query_params.get("status")
-        if status:
+        if status is not None:
             if status not in Proposal.Status.values:
                 raise ValidationError({"status": [f"Unknown status {status!r}."]})
             qs = qs.filter(status=status)
@@ -32,11 +41,21 @@ class ProposalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         except (Proposal.DoesNotExist, ValueError):
             raise CaseNotFound("No such proposal among your teams' cases.") from None
 
-    @extend_schema(parameters=[OpenApiParameter("status", enum=Proposal.Status.values)])
+    @extend_schema(
+        parameters=[OpenApiParameter("status", enum=Proposal.Status.values)],
+        responses={200: ProposalSerializer(many=True), **error_responses(400, 404)},
+    )
     def list(self, request, *args, **kwargs):
         return super().list(request, *args, **kwargs)
 
-    @extend_schema(request=ApproveSerializer, responses={200: ProposalSerializer})
+    @extend_schema(responses={200: ProposalSerializer, **error_responses(404)})
+    def retrieve(self, request, *args, **kwargs):
+        return super().retrieve(request, *args, **kwargs)
+
+    @extend_schema(
+        request=ApproveSerializer,
+        responses={200: ProposalSerializer, **error_responses(400, 403, 404, 409, 415)},
+    )
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
         proposal = self.get_object()
@@ -47,7 +66,10 @@ class ProposalViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets
         )
         return Response(self.get_serializer(self.get_object()).data)
 
-    @extend_schema(request=RejectSerializer, responses={200: ProposalSerializer})
+    @extend_schema(
+        request=RejectSerializer,
+        responses={200: ProposalSerializer, **error_responses(400, 403, 404, 409, 415)},
+    )
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
         proposal = self.get_object()

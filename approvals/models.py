@@ -13,7 +13,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
-from cases.models import Case
+from cases.models import Case, CaseEvent
 
 
 class Operation(models.Model):
@@ -116,6 +116,46 @@ class Proposal(models.Model):
     @property
     def change(self) -> dict:
         return {"delivery_date": self.delivery_date.isoformat()}
+
+
+class ProposalAuthor(models.Model):
+    """A person who authored the intent a proposal carries, and so may never approve it.
+
+    Four eyes binds people, not rows: whoever opened the case (when a person did), changed its
+    requested date, prepared the proposal by hand or asked for it to be prepared again is an
+    author. Rows are written with the proposal, from the case's own audit events; a database
+    trigger refuses an approval decided by any of them (migration 0005).
+    """
+
+    class Role(models.TextChoices):
+        OPENED_CASE = "opened_case", "Opened the case"
+        CHANGED_INTENT = "changed_intent", "Changed the requested date"
+        PREPARED = "prepared", "Prepared the proposal"
+        ASKED_REPREPARE = "asked_reprepare", "Asked for the proposal to be prepared again"
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.PROTECT, related_name="authors")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    role = models.CharField(max_length=20, choices=Role.choices)
+    event = models.ForeignKey(
+        CaseEvent,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The audit event that made this person an author (none for the preparer).",
+    )
+    recorded_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["proposal", "pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["proposal", "user", "role"], name="proposal_author_once_per_role"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} {self.role} proposal #{self.proposal_id}"
 
 
 class Approval(models.Model):

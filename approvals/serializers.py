@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from approvals.models import Approval, Proposal
-from approvals.selectors import why_cannot_decide
+from approvals.models import Approval, Proposal, ProposalAuthor
+from approvals.selectors import eligible_approvers, why_cannot_decide
 from approvals.services import approval_expiry_bounds
+from cases.validation import REASON_MAX_LENGTH, TextValidator
 
 
 class ApprovalSerializer(serializers.ModelSerializer):
@@ -27,6 +29,16 @@ class ApprovalSerializer(serializers.ModelSerializer):
         ]
 
 
+class ProposalAuthorSerializer(serializers.ModelSerializer):
+    """A person who authored the proposal's intent: they may not approve it."""
+
+    username = serializers.CharField(source="user.username")
+
+    class Meta:
+        model = ProposalAuthor
+        fields = ["username", "role"]
+
+
 class ProposalSerializer(serializers.ModelSerializer):
     case = serializers.CharField(source="case.reference")
     change = serializers.DictField(read_only=True)
@@ -35,7 +47,10 @@ class ProposalSerializer(serializers.ModelSerializer):
     approvals = ApprovalSerializer(many=True, read_only=True)
     would_expire_at = serializers.SerializerMethodField()
     can_decide = serializers.SerializerMethodField()
+    may_decide = serializers.SerializerMethodField()
     why_not = serializers.SerializerMethodField()
+    authors = ProposalAuthorSerializer(many=True, read_only=True)
+    deciders = serializers.SerializerMethodField()
 
     class Meta:
         model = Proposal
@@ -57,7 +72,10 @@ class ProposalSerializer(serializers.ModelSerializer):
             "closed_at",
             "would_expire_at",
             "can_decide",
+            "may_decide",
             "why_not",
+            "authors",
+            "deciders",
             "approvals",
         ]
 
@@ -67,14 +85,33 @@ class ProposalSerializer(serializers.ModelSerializer):
     def get_can_decide(self, proposal) -> bool:
         return not why_cannot_decide(proposal, self.context["request"].user)
 
+    def get_may_decide(self, proposal) -> bool:
+        """Whether the caller may approve or reject this proposal now (``can_decide``)."""
+        return self.get_can_decide(proposal)
+
     def get_why_not(self, proposal) -> str:
         return why_cannot_decide(proposal, self.context["request"].user)
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_deciders(self, proposal) -> list[str]:
+        """Usernames of the people who may decide it while it awaits review (never an author)."""
+        if proposal.status != Proposal.Status.AWAITING_REVIEW:
+            return []
+        return [person.get_username() for person in eligible_approvers(proposal)]
 
 
 class ApproveSerializer(serializers.Serializer):
     expires_at = serializers.DateTimeField(required=False)
-    reason = serializers.CharField(required=False, allow_blank=True, default="")
+    reason = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=REASON_MAX_LENGTH,
+        validators=[TextValidator(REASON_MAX_LENGTH)],
+    )
 
 
 class RejectSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=2000)
+    reason = serializers.CharField(
+        max_length=REASON_MAX_LENGTH, validators=[TextValidator(REASON_MAX_LENGTH)]
+    )

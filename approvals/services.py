@@ -13,14 +13,15 @@ import json
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max
+from django.db.models import Max, Q
 from django.utils import timezone
 
 from approvals.exceptions import ExpiryOutOfBounds, OwnProposal, ProposalNotCurrent
-from approvals.models import Approval, Operation, Proposal
+from approvals.models import Approval, Operation, Proposal, ProposalAuthor
+from approvals.selectors import author_roles_of, own_proposal_reason
 from cases.exceptions import ActionNotPermitted, InvalidCaseInput, TransitionRejected
 from cases.fencing import counter_next
-from cases.models import Case, Status, WaitingOn
+from cases.models import Case, CaseEvent, Status, WaitingOn
 from cases.scheduling import enqueue_on_commit
 from cases.services import (
     Actor,
@@ -135,6 +136,64 @@ def _operation_for(case: Case, order_id: str, delivery_date: dt.date) -> Operati
     )
 
 
+# --- authors of the intent (four eyes bound to people) ------------------------------------------
+
+# The audit events that make a person an author of the intent a case's proposal carries. A
+# source check requested from "new" is the case starting its work (intake or the account's
+# verification), not a request to prepare the proposal again.
+_AUTHORING_EVENTS = (
+    Q(action="cases.case.created")
+    | Q(action="cases.case.intent_changed")
+    | Q(action="cases.case.transitioned", detail__transition="revise")
+    | (
+        Q(action="cases.case.transitioned", detail__transition="request_source_check")
+        & ~Q(from_status=Status.NEW)
+    )
+)
+
+
+def _author_role(event: CaseEvent) -> str:
+    if event.action == "cases.case.created":
+        return ProposalAuthor.Role.OPENED_CASE
+    if event.action == "cases.case.intent_changed" or event.detail.get("transition") == "revise":
+        return ProposalAuthor.Role.CHANGED_INTENT
+    return ProposalAuthor.Role.ASKED_REPREPARE
+
+
+def _authors_of_intent(case: Case, proposal: Proposal) -> list[ProposalAuthor]:
+    """Every person who authored the intent ``proposal`` carries, one row per person and role:
+    from the case's own audit events, plus the person who prepared it."""
+    rows: dict[tuple[int, str], ProposalAuthor] = {}
+    events = CaseEvent.objects.filter(_AUTHORING_EVENTS, case=case, actor__isnull=False)
+    for event in events.order_by("pk"):
+        role = _author_role(event)
+        rows.setdefault(
+            (event.actor_id, role),
+            ProposalAuthor(proposal=proposal, user_id=event.actor_id, role=role, event=event),
+        )
+    if proposal.prepared_by_id is not None:
+        rows.setdefault(
+            (proposal.prepared_by_id, ProposalAuthor.Role.PREPARED),
+            ProposalAuthor(
+                proposal=proposal,
+                user_id=proposal.prepared_by_id,
+                role=ProposalAuthor.Role.PREPARED,
+            ),
+        )
+    return list(rows.values())
+
+
+def proposal_record_authors(*, case: Case, proposal: Proposal) -> list[ProposalAuthor]:
+    """Record (idempotently) who authored ``proposal``'s intent; the case locked by the caller.
+
+    Called when the proposal is prepared, when the case's intent changes while the proposal
+    stays open, and again before every decision, so no path leaves an author unrecorded.
+    """
+    rows = _authors_of_intent(case, proposal)
+    ProposalAuthor.objects.bulk_create(rows, ignore_conflicts=True)
+    return rows
+
+
 # --- preparing and submitting -------------------------------------------------------------------
 
 
@@ -193,7 +252,8 @@ def proposal_prepare(
             prepared_by_label=actor_label(actor),
         )
         _bump_and_save(case, [])
-        record_event(
+        authors = _authors_of_intent(case, proposal)
+        prepared_event = record_event(
             case=case,
             action="approvals.proposal.prepared",
             actor=actor,
@@ -203,8 +263,14 @@ def proposal_prepare(
                 "proposal_id": proposal.pk,
                 "content_hash": proposal.content_hash,
                 "slot": slot_note,
+                # Four eyes: none of these people may approve it.
+                "authors": [{"user_id": a.user_id, "role": a.role} for a in authors],
             },
         )
+        for author in authors:
+            if author.role == ProposalAuthor.Role.PREPARED:
+                author.event = prepared_event
+        ProposalAuthor.objects.bulk_create(authors)
         if submit:
             _submit(case, proposal, actor)
     return proposal
@@ -246,6 +312,12 @@ def proposal_prepare_by_hand(
     A date other than the one requested supersedes the current proposal and approval first;
     the person who prepares it can never be the one who approves it.
     """
+    from cases import validation
+
+    validation.ensure_valid(
+        delivery_date=validation.delivery_date_errors(delivery_date),
+        reason=validation.text_errors(reason, max_length=validation.SHORT_REASON_MAX_LENGTH),
+    )
     with transaction.atomic():
         case = case_change_intent(
             case=case,
@@ -331,6 +403,10 @@ def case_change_intent(
                 reason=reason,
                 detail={"from_date": previous.isoformat(), "to_date": delivery_date.isoformat()},
             )
+        if proposal is not None and proposal.status in Proposal.OPEN:
+            # The proposal already carries the new date and stays open: whoever changed the
+            # intent to it is one of its authors now.
+            proposal_record_authors(case=case, proposal=proposal)
         if case.status == Status.PREPARING_PROPOSAL and isinstance(actor, Worker):
             enqueue_on_commit("approvals.tasks.prepare_proposal", case.pk)
     return case
@@ -350,8 +426,16 @@ def _decidable(proposal_id: int, actor: Actor) -> tuple[Case, Proposal]:
     _refuse_if_revoked(case)
     if isinstance(actor, Worker) or not actor_may(actor, "approvals.approve_proposal", case):
         raise ActionNotPermitted(f"{actor_label(actor)} may not decide proposals of {case.team}.")
-    if proposal.prepared_by_id is not None and proposal.prepared_by_id == actor.pk:
-        raise OwnProposal(f"You prepared proposal #{proposal.pk}; another approver must decide it.")
+    proposal_record_authors(case=case, proposal=proposal)
+    roles = author_roles_of(proposal, actor)
+    if roles:
+        raise OwnProposal(
+            own_proposal_reason(
+                roles, case_label=case.reference, proposal_label=f"proposal #{proposal.pk}"
+            )
+            + "; another approver must decide it.",
+            roles=roles,
+        )
     if proposal.status != Proposal.Status.AWAITING_REVIEW or case.status != Status.AWAITING_REVIEW:
         raise ProposalNotCurrent(
             f"Proposal #{proposal.pk} is {proposal.get_status_display().lower()} and the case is "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseRedirect
@@ -36,6 +37,13 @@ from cases.models import (
     Team,
 )
 from cases.next_action import describe_next_action
+from cases.validation import (
+    MAX_ORDER_VERSION,
+    REASON_MAX_LENGTH,
+    TextValidator,
+    first_unprintable,
+    parse_id,
+)
 from reconciliation.selectors import current_autonomy
 
 User = get_user_model()
@@ -48,7 +56,8 @@ admin.site.index_template = "admin/holdfast_index.html"
 
 class CaseEventInline(ReadOnlyInline):
     model = CaseEvent
-    verbose_name_plural = "Timeline (append-only audit trail)"
+    verbose_name_plural = "Audit trail (append-only; the same events as 'What happened' above)"
+    classes = ["collapse"]
     fields = [
         "created_at",
         "version",
@@ -60,6 +69,10 @@ class CaseEventInline(ReadOnlyInline):
     ]
     readonly_fields = fields
     ordering = ["-id"]
+
+    def get_queryset(self, request):
+        visible = selectors.events_for(request.user).values("pk")
+        return super().get_queryset(request).filter(pk__in=visible)
 
 
 class EvidenceInline(ReadOnlyInline):
@@ -76,6 +89,10 @@ class EvidenceInline(ReadOnlyInline):
         "recorded_by",
     ]
     readonly_fields = fields
+
+    def get_queryset(self, request):
+        visible = selectors.evidence_for(request.user).values("pk")
+        return super().get_queryset(request).filter(pk__in=visible)
 
 
 class AttemptInline(ReadOnlyInline):
@@ -96,6 +113,10 @@ class AttemptInline(ReadOnlyInline):
     ]
     readonly_fields = fields
 
+    def get_queryset(self, request):
+        visible = selectors.attempts_for(request.user).values("pk")
+        return super().get_queryset(request).filter(pk__in=visible)
+
 
 class CancellationInline(ReadOnlyInline):
     model = CancellationRequest
@@ -103,8 +124,49 @@ class CancellationInline(ReadOnlyInline):
     fields = ["requested_at", "requested_by_label", "via", "reason", "outcome", "settled_at"]
     readonly_fields = fields
 
+    def get_queryset(self, request):
+        visible = selectors.cancellations_for(request.user).values("pk")
+        return super().get_queryset(request).filter(pk__in=visible)
+
 
 # --- list filters ------------------------------------------------------------------------------
+
+
+def _selected_id(list_filter: admin.SimpleListFilter) -> int | None:
+    """The filter's id from the query string; a value that is not one is refused the admin way
+    (``IncorrectLookupParameters``: the unfiltered list with ``?e=1``), never a 500."""
+    value = list_filter.value()
+    if not value:
+        return None
+    pk = parse_id(value)
+    if pk is None:
+        raise IncorrectLookupParameters(f"{list_filter.parameter_name}: not an id.")
+    return pk
+
+
+class _PrintableFieldFilterMixin:
+    """A field filter that, first in ``list_filter``, refuses a change list whose query string
+    holds an unprintable value: the admin allows lookups on any local field (``?reason=``,
+    ``?action__exact=``) and the search, and PostgreSQL answers a NUL in a text comparison
+    with an error, not an empty result."""
+
+    def __init__(self, field, request, params, *args, **kwargs):
+        for key, values in request.GET.lists():
+            if any(first_unprintable(text) is not None for text in (key, *values)):
+                raise IncorrectLookupParameters("Unprintable value in the query string.")
+        super().__init__(field, request, params, *args, **kwargs)
+
+
+class PrintableChoicesFilter(_PrintableFieldFilterMixin, admin.ChoicesFieldListFilter):
+    pass
+
+
+class PrintableValuesFilter(_PrintableFieldFilterMixin, admin.AllValuesFieldListFilter):
+    pass
+
+
+class PrintableBooleanFilter(_PrintableFieldFilterMixin, admin.BooleanFieldListFilter):
+    pass
 
 
 class _TeamMemberFilter(admin.SimpleListFilter):
@@ -118,7 +180,8 @@ class OwnerFilter(_TeamMemberFilter):
     parameter_name = "owner"
 
     def queryset(self, request, queryset):
-        return queryset.filter(owner_id=self.value()) if self.value() else queryset
+        pk = _selected_id(self)
+        return queryset if pk is None else queryset.filter(owner_id=pk)
 
 
 class ResponsibleNowFilter(_TeamMemberFilter):
@@ -126,9 +189,10 @@ class ResponsibleNowFilter(_TeamMemberFilter):
     parameter_name = "responsible"
 
     def queryset(self, request, queryset):
-        if not self.value():
+        pk = _selected_id(self)
+        if pk is None:
             return queryset
-        user = User.objects.filter(pk=self.value()).first()
+        user = User.objects.filter(pk=pk).first()
         return queryset.responsible(user) if user else queryset.none()
 
 
@@ -155,7 +219,8 @@ class TeamFilter(admin.SimpleListFilter):
         return [(t.pk, t.name) for t in selectors.teams_for(request.user)]
 
     def queryset(self, request, queryset):
-        return queryset.filter(team_id=self.value()) if self.value() else queryset
+        pk = _selected_id(self)
+        return queryset if pk is None else queryset.filter(team_id=pk)
 
 
 # --- forms -------------------------------------------------------------------------------------
@@ -223,7 +288,10 @@ class SettleForm(forms.Form):
     )
     summary = forms.CharField(max_length=280, help_text="What the evidence shows.")
     order_version = forms.IntegerField(
-        required=False, min_value=1, help_text="The order version it shows, if known."
+        required=False,
+        min_value=1,
+        max_value=MAX_ORDER_VERSION,
+        help_text="The order version it shows, if known.",
     )
 
 
@@ -268,8 +336,8 @@ class CaseAdmin(admin.ModelAdmin):
         "team",
     ]
     list_filter = [
-        "status",
-        "waiting_on",
+        ("status", PrintableChoicesFilter),
+        ("waiting_on", PrintableChoicesFilter),
         OwnerFilter,
         ResponsibleNowFilter,
         OverdueFilter,
@@ -708,7 +776,7 @@ class CaseEventAdmin(admin.ModelAdmin):
         "actor_label",
         "reason",
     ]
-    list_filter = ["action"]
+    list_filter = [("action", PrintableValuesFilter)]
     search_fields = ["case__reference", "reason", "actor_label"]
     list_select_related = ["case"]
 
@@ -725,15 +793,57 @@ class CaseEventAdmin(admin.ModelAdmin):
         return False
 
 
+class CustomerAccountForm(forms.ModelForm):
+    change_reason = forms.CharField(
+        required=False,
+        max_length=REASON_MAX_LENGTH,
+        validators=[TextValidator(REASON_MAX_LENGTH)],
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Why the name or email changes (required; kept on each open case's timeline).",
+    )
+
+    class Meta:
+        model = CustomerAccount
+        fields = ["reference", "name", "email", "team"]
+
+    def clean(self):
+        data = super().clean()
+        changes_contact = self.instance.pk and {"name", "email"} & set(self.changed_data)
+        if changes_contact and not (data.get("change_reason") or "").strip():
+            self.add_error("change_reason", "Give a reason for the change.")
+        return data
+
+
 @admin.register(CustomerAccount)
 class CustomerAccountAdmin(admin.ModelAdmin):
+    form = CustomerAccountForm
     list_display = ["reference", "name", "team", "verified", "access_active"]
-    list_filter = ["verified", "access_active"]
+    list_filter = [("verified", PrintableBooleanFilter), "access_active"]
     search_fields = ["reference", "name"]
     # The team, the reference (the order system's id) and the flags change only through
-    # audited services: the actions below.
+    # audited services: the actions below; the name and email through ``account_update``.
     readonly_fields = ["reference", "team", "verified", "access_active", "access_revoked_at"]
     actions = ["verify", "revoke_access"]
+
+    def save_model(self, request, obj, form, change):
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        data = form.cleaned_data
+        services.account_update(
+            account=obj,
+            actor=request.user,
+            reason=data.get("change_reason", ""),
+            name=data.get("name"),
+            email=data.get("email"),
+        )
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except CaseError as exc:
+            self.message_user(request, f"Nothing was changed: {exc.detail}", messages.ERROR)
+            return HttpResponseRedirect(request.path)
 
     def get_readonly_fields(self, request, obj=None):
         return [

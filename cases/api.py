@@ -10,6 +10,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
 from cases import selectors, services
+from cases.api_errors import error_responses
 from cases.exceptions import CaseNotFound
 from cases.models import CaseEvent, Status, WaitingOn
 from cases.serializers import (
@@ -20,12 +21,15 @@ from cases.serializers import (
     PrepareProposalSerializer,
     TransitionRequestSerializer,
 )
+from cases.throttling import ThrottleRefusalsMixin
+from cases.validation import USERNAME_MAX_LENGTH, key_errors
 
 _TRUE = {"1", "true", "yes"}
 _FALSE = {"0", "false", "no"}
 
 
 class CaseViewSet(
+    ThrottleRefusalsMixin,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
@@ -63,20 +67,26 @@ class CaseViewSet(
     def filter_queryset(self, queryset):
         params = self.request.query_params
         errors = {}
-        if value := params.get("status"):
+        if (value := params.get("status")) is not None:
             if value not in Status.values:
                 errors["status"] = [f"Unknown status {value!r}; one of {', '.join(Status.values)}."]
             queryset = queryset.filter(status=value)
-        if value := params.get("waiting_on"):
+        if (value := params.get("waiting_on")) is not None:
             if value not in WaitingOn.values:
                 errors["waiting_on"] = [f"Unknown value {value!r}."]
             queryset = queryset.filter(waiting_on=value)
+        for name in ("owner", "responsible"):
+            value = params.get(name)
+            if value and (bad := key_errors(value, max_length=USERNAME_MAX_LENGTH)):
+                errors[name] = bad
+        if errors:
+            raise ValidationError(errors)
         if value := params.get("owner"):
             queryset = queryset.filter(owner__username=value)
         if value := params.get("responsible"):
             user = selectors.User.objects.filter(username=value).first()
             queryset = queryset.responsible(user) if user else queryset.none()
-        if value := params.get("overdue"):
+        if (value := params.get("overdue")) is not None:
             if value.lower() in _TRUE:
                 queryset = queryset.overdue()
             elif value.lower() in _FALSE:
@@ -94,14 +104,23 @@ class CaseViewSet(
             OpenApiParameter("owner", str, description="username of the owner"),
             OpenApiParameter("responsible", str, description="username responsible now"),
             OpenApiParameter("overdue", bool, description="next check time has passed"),
-        ]
+        ],
+        responses={200: CaseListSerializer(many=True), **error_responses(400, 404)},
     )
     def list(self, request, *args, **kwargs):
         return super().list(request, *args, **kwargs)
 
+    @extend_schema(responses={200: CaseDetailSerializer, **error_responses(404)})
+    def retrieve(self, request, *args, **kwargs):
+        return super().retrieve(request, *args, **kwargs)
+
     @extend_schema(
         request=CaseIntakeSerializer,
-        responses={201: CaseDetailSerializer, 200: CaseDetailSerializer},
+        responses={
+            201: CaseDetailSerializer,
+            200: CaseDetailSerializer,
+            **error_responses(400, 403, 409, 415),
+        },
         description="Open a case. The same account and request_key again returns the same "
         "case with 200 and creates nothing.",
     )
@@ -121,7 +140,10 @@ class CaseViewSet(
         )
         return self._detail(case, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
-    @extend_schema(request=TransitionRequestSerializer, responses={200: CaseDetailSerializer})
+    @extend_schema(
+        request=TransitionRequestSerializer,
+        responses={200: CaseDetailSerializer, **error_responses(400, 403, 404, 409, 415)},
+    )
     @action(detail=True, methods=["post"])
     def transitions(self, request, reference=None):
         case = self.get_object()
@@ -130,7 +152,10 @@ class CaseViewSet(
         services.case_transition(case=case, actor=request.user, **serializer.validated_data)
         return self._detail(case, status.HTTP_200_OK)
 
-    @extend_schema(request=CancelRequestSerializer, responses={200: CaseDetailSerializer})
+    @extend_schema(
+        request=CancelRequestSerializer,
+        responses={200: CaseDetailSerializer, **error_responses(400, 403, 404, 409, 415)},
+    )
     @action(detail=True, methods=["post"])
     def cancel(self, request, reference=None):
         case = self.get_object()
@@ -146,7 +171,7 @@ class CaseViewSet(
 
     @extend_schema(
         request=PrepareProposalSerializer,
-        responses={201: CaseDetailSerializer},
+        responses={201: CaseDetailSerializer, **error_responses(400, 403, 404, 409, 415)},
         description="Prepare and submit a proposal by hand (e.g. a date the customer "
         "confirmed). A different date supersedes the current proposal and approval.",
     )

@@ -1,8 +1,15 @@
-"""One error shape for the whole API: ``{"error": code, "detail": text, ...}``."""
+"""One error shape for the whole API: ``{"error": code, "detail": text, ...}``.
+
+``error_responses`` documents that shape in the OpenAPI schema, one reusable component for
+every view, so the schema and the answers cannot drift apart per endpoint.
+"""
 
 from __future__ import annotations
 
-from rest_framework import exceptions
+import math
+
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import exceptions, serializers
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -16,6 +23,7 @@ _DRF_CODES = {
     exceptions.MethodNotAllowed: "method_not_allowed",
     exceptions.ParseError: "malformed_request",
     exceptions.UnsupportedMediaType: "unsupported_media_type",
+    exceptions.NotAcceptable: "not_acceptable",
     exceptions.Throttled: "throttled",
 }
 
@@ -40,4 +48,64 @@ def exception_handler(exc, context):
     else:
         code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
         response.data = {"error": code, "detail": str(getattr(exc, "detail", exc))}
+        if isinstance(exc, exceptions.Throttled):
+            # DRF already set the Retry-After header from the same wait.
+            response.data["retry_after"] = math.ceil(exc.wait or 0)
     return response
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every refusal the API gives; the optional members appear with the codes named."""
+
+    error = serializers.CharField(
+        help_text="Machine-readable code: invalid, not_authenticated, authentication_failed, "
+        "permission_denied, not_permitted, own_proposal, not_found, version_conflict, "
+        "transition_not_allowed, proposal_not_current, throttled, …"
+    )
+    detail = serializers.CharField(help_text="What happened, in plain words.")
+    fields = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        required=False,
+        help_text="invalid: the messages per field (non_field_errors for the whole request).",
+    )
+    allowed = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="transition_not_allowed: the transitions allowed now.",
+    )
+    expected_version = serializers.IntegerField(
+        required=False, help_text="version_conflict: the version the request carried."
+    )
+    current_version = serializers.IntegerField(
+        required=False, help_text="version_conflict: the case's version now."
+    )
+    retry_after = serializers.IntegerField(
+        required=False, help_text="throttled: seconds to wait (also the Retry-After header)."
+    )
+
+
+_ERROR_DESCRIPTIONS = {
+    400: "invalid: the fields named in `fields` are wrong; nothing was written.",
+    401: "not_authenticated (no credentials) or authentication_failed (a bad token); the "
+    "answer carries `WWW-Authenticate: Token`.",
+    403: "permission_denied, not_permitted or own_proposal: the caller may not do this.",
+    404: "not_found: nothing by that name among the caller's teams' objects (another team's "
+    "object looks the same), or a page past the last one.",
+    405: "method_not_allowed.",
+    406: "not_acceptable: the Accept header asks for a format the API does not serve.",
+    409: "version_conflict (with expected_version and current_version), "
+    "transition_not_allowed (with allowed) or proposal_not_current: reload and decide again.",
+    415: "unsupported_media_type: send application/json.",
+    429: "throttled: too many requests; wait retry_after seconds (the Retry-After header).",
+}
+# Answers any authenticated endpoint can give, whatever it does.
+COMMON_ERRORS = (401, 405, 406, 429)
+
+
+def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
+    """The documented error answers for a view: ``statuses`` plus ``COMMON_ERRORS``."""
+    wanted = sorted({*statuses, *COMMON_ERRORS})
+    return {
+        status: OpenApiResponse(ErrorSerializer, description=_ERROR_DESCRIPTIONS[status])
+        for status in wanted
+    }

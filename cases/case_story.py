@@ -327,7 +327,23 @@ ACTION_WORDS: dict[str, tuple[str, str]] = {
         "good",
     ),
     "cases.step.notified": ("Customer notified", "good"),
+    "cases.notification.sending": ("Sending the customer's notification", ""),
+    "cases.notification.failed": ("The customer's notification could not be sent", "alert"),
+    "cases.notification.may_have_gone": (
+        "The customer's notification may already have gone: not sent again",
+        "alert",
+    ),
+    "reconciliation.restore.unexpected_replay": (
+        "The order system already had this change: these records were restored from a backup",
+        "alert",
+    ),
+    "reconciliation.restore.applied_before_restore": (
+        "Applied after the restored backup was taken: the steps that followed are not repeated",
+        "alert",
+    ),
     "cases.revocation.requested": ("Authority revoked by {actor}", "alert"),
+    "cases.account.access_revoked": ("The customer's access was revoked by {actor}", "alert"),
+    "cases.account.updated": ("The customer's details were changed by {actor}", ""),
     "cases.revocation.unsettled_discovered": ("Unsettled work found after the revocation", ""),
     "cases.revocation.closed_queued": ("Queued work closed after the revocation", ""),
     "cases.revocation.fenced": ("Fence raised at the order system (token {fence_token})", ""),

@@ -35,9 +35,18 @@ def dispatch_due(*, now: dt.datetime | None = None, limit: int = 200, run=None) 
 
     ``run(func_path, case_id)`` replaces the django-q2 enqueue (``run_worker`` runs in-process).
     """
-    from reconciliation.restore import marker_advance, recover_after_restore, restore_detected
+    from reconciliation.restore import (
+        marker_advance,
+        recover_after_restore,
+        restore_detected,
+        restore_detected_at_source,
+    )
 
     why = restore_detected()
+    claims_due = Case.objects.filter(status=Status.READY, next_check_at__lte=now or timezone.now())
+    if not why and claims_due.exists():
+        # Before handing out claims: the order system has seen nothing these records lack.
+        why = restore_detected_at_source()
     if why:
         logger.warning("Database restore detected (%s): recovering before dispatching", why)
         recover_after_restore(progress=logger.info)

@@ -1,4 +1,4 @@
-"""Global monotonic counters: case numbers and fencing tokens.
+"""Global monotonic counters: case numbers, approval numbers and fencing tokens.
 
 Fencing tokens come from a PostgreSQL sequence (never rolled back, never reused, no row lock)
 or, on SQLite, from a counter row whose update is serialised by the IMMEDIATE transaction.
@@ -38,3 +38,25 @@ def next_fencing_token() -> int:
             cursor.execute("SELECT nextval(%s)", [FENCING_SEQUENCE])
             return int(cursor.fetchone()[0])
     return counter_next("fencing_token")
+
+
+def fencing_current() -> int:
+    """The highest fencing token handed out so far (0 before the first), consuming none."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT last_value, is_called FROM {FENCING_SEQUENCE}")  # noqa: S608
+            last_value, is_called = cursor.fetchone()
+            return int(last_value) if is_called else int(last_value) - 1
+    row = CounterRow.objects.filter(name="fencing_token").values_list("value", flat=True)
+    return row.first() or 0
+
+
+def fencing_raise_to(minimum: int) -> None:
+    """Make every later fencing token greater than ``minimum`` (never lowers the sequence)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            # setval to the greater of both: a concurrent nextval is never moved backwards.
+            sql = f"SELECT setval(%s, GREATEST(%s, (SELECT last_value FROM {FENCING_SEQUENCE})))"  # noqa: S608, E501 - a fixed identifier
+            cursor.execute(sql, [FENCING_SEQUENCE, minimum])
+        return
+    counter_raise_to("fencing_token", minimum)

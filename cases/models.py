@@ -528,12 +528,20 @@ class CaseEvent(models.Model):
     version = models.PositiveIntegerField(help_text="The case version this event produced.")
     detail = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    # The case's hash chain (cases/audit.py): the previous event's hash, and SHA-256 over this
+    # event's own fields and prev_hash. Set once by record_event.
+    prev_hash = models.CharField(max_length=64, blank=True, editable=False)
+    hash = models.CharField(max_length=64, editable=False)
 
     objects = CaseEventQuerySet.as_manager()
 
     class Meta:
         ordering = ["case", "id"]
-        indexes = [models.Index(fields=["case", "version"])]
+        indexes = [
+            models.Index(fields=["case", "version"]),
+            # The chain's head: the case's latest event, read by every append.
+            models.Index(fields=["case", "id"], name="cases_event_chain_idx"),
+        ]
         # Related managers and the ORM's internals go through the append-only queryset too.
         base_manager_name = "objects"
 

@@ -18,17 +18,18 @@ from django.db import transaction
 from django.utils import timezone
 from django_fsm import can_proceed
 
+from cases import validation
 from cases.models import Attempt, Case, CustomerAccount, Status, WaitingOn
 from cases.services import (
     Actor,
     Worker,
     _bump_and_save,
     _require,
-    actor_label,
     apply_transition,
     lock_case,
     record_event,
     record_fact,
+    require_account_lead,
 )
 
 
@@ -255,20 +256,49 @@ def settle_after_stop(case: Case, actor: Actor, why: str) -> None:
 
 
 def account_revoke_access(*, account: CustomerAccount, actor: Actor, reason: str) -> list:
-    """The customer lost access: revoke every open case of the account, one lock at a time."""
-    if not isinstance(actor, Worker) and not (
-        actor.is_superuser or actor.has_perm("cases.lead_case")
-    ):
-        from cases.exceptions import ActionNotPermitted
+    """The customer lost access: the account's access ends and every open case of it is
+    revoked, each recording the account change first — in one transaction, all or nothing.
 
-        raise ActionNotPermitted(f"{actor_label(actor)} may not revoke account access.")
+    A person needs the lead permission in the account's team and in the team of every open
+    case; that is checked before anything is written. The fences for running work are raised
+    after the commit (``case_revoke``).
+    """
+    validation.ensure_valid(
+        reason=validation.text_errors(
+            reason, max_length=validation.REASON_MAX_LENGTH, required=True
+        )
+    )
+    require_account_lead(actor, account, "revoke access of")
+    results = []
     with transaction.atomic():
-        locked = CustomerAccount.objects.select_for_update().get(pk=account.pk)
-        if locked.access_active:
+        locked = (
+            CustomerAccount.objects.select_for_update(of=("self",))
+            .select_related("team")
+            .get(pk=account.pk)
+        )
+        require_account_lead(actor, locked, "revoke access of")
+        cases = list(Case.objects.filter(account=locked).open().order_by("pk"))
+        if not isinstance(actor, Worker):
+            for case in cases:
+                _require(actor, "cases.lead_case", case, "revoke the case")
+        was_active = locked.access_active
+        if was_active:
             locked.access_active = False
             locked.access_revoked_at = timezone.now()
             locked.save(update_fields=["access_active", "access_revoked_at"])
-    results = []
-    for case in Case.objects.filter(account=account).open():
-        results.append(case_revoke(case=case, actor=actor, reason=reason, kind="access_revoked"))
+        for case in cases:
+            record_fact(
+                case=lock_case(case),
+                action="cases.account.access_revoked",
+                actor=actor,
+                reason=f"Access of {locked.reference} revoked: {reason.strip()}",
+                detail={
+                    "account": locked.reference,
+                    "access_was_active": was_active,
+                    "cases": [c.reference for c in cases],
+                },
+            )
+            results.append(
+                case_revoke(case=case, actor=actor, reason=reason, kind="access_revoked")
+            )
     return results

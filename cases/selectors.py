@@ -5,7 +5,15 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 
-from cases.models import Case, CaseEvent, CustomerAccount, EvidenceReference, Team
+from cases.models import (
+    Attempt,
+    CancellationRequest,
+    Case,
+    CaseEvent,
+    CustomerAccount,
+    EvidenceReference,
+    Team,
+)
 
 User = get_user_model()
 
@@ -42,6 +50,14 @@ def events_for(user) -> QuerySet[CaseEvent]:
 
 def evidence_for(user) -> QuerySet[EvidenceReference]:
     return EvidenceReference.objects.filter(case__in=cases_for(user).values("pk"))
+
+
+def attempts_for(user) -> QuerySet[Attempt]:
+    return Attempt.objects.filter(case__in=cases_for(user).values("pk"))
+
+
+def cancellations_for(user) -> QuerySet[CancellationRequest]:
+    return CancellationRequest.objects.filter(case__in=cases_for(user).values("pk"))
 
 
 def team_members(team: Team) -> QuerySet:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from cases import validation
 from cases.models import Attempt, Case, CaseEvent, EvidenceReference
 from cases.next_action import describe_next_action
 from cases.services import MANUAL_TRANSITIONS
@@ -13,12 +14,34 @@ def _username(user) -> str | None:
     return user.get_username() if user is not None else None
 
 
+def _key(max_length: int, **kwargs) -> serializers.CharField:
+    """A key field: printable characters only (``cases.validation``)."""
+    return serializers.CharField(
+        max_length=max_length, validators=[validation.KeyValidator(max_length)], **kwargs
+    )
+
+
+def _text(max_length: int, **kwargs) -> serializers.CharField:
+    """A free-text field with its length bound and no control characters."""
+    return serializers.CharField(
+        max_length=max_length, validators=[validation.TextValidator(max_length)], **kwargs
+    )
+
+
+def _delivery_date(**kwargs) -> serializers.DateField:
+    return serializers.DateField(validators=[validation.validate_delivery_date], **kwargs)
+
+
 class CaseIntakeSerializer(serializers.Serializer):
-    account = serializers.CharField(max_length=40, help_text="The account reference, e.g. ACC-100")
-    request_key = serializers.CharField(max_length=100)
-    order_id = serializers.CharField(max_length=60)
-    requested_date = serializers.DateField()
-    note = serializers.CharField(required=False, allow_blank=True, default="")
+    account = _key(
+        validation.ACCOUNT_REFERENCE_MAX_LENGTH, help_text="The account reference, e.g. ACC-100"
+    )
+    request_key = _key(validation.REQUEST_KEY_MAX_LENGTH)
+    order_id = _key(validation.ORDER_ID_MAX_LENGTH)
+    requested_date = _delivery_date(
+        help_text="Today or later, within the delivery horizon (DELIVERY_DATE_HORIZON_DAYS)."
+    )
+    note = _text(validation.NOTE_MAX_LENGTH, required=False, allow_blank=True, default="")
 
     def validate_account(self, value: str):
         accounts = self.context["accounts"]
@@ -31,17 +54,17 @@ class CaseIntakeSerializer(serializers.Serializer):
 class TransitionRequestSerializer(serializers.Serializer):
     transition = serializers.ChoiceField(choices=[(t, t) for t in MANUAL_TRANSITIONS])
     expected_version = serializers.IntegerField(min_value=1)
-    reason = serializers.CharField(max_length=2000)
+    reason = _text(validation.REASON_MAX_LENGTH)
 
 
 class PrepareProposalSerializer(serializers.Serializer):
-    delivery_date = serializers.DateField()
+    delivery_date = _delivery_date()
     expected_version = serializers.IntegerField(min_value=1)
-    reason = serializers.CharField(max_length=300, required=False, default="")
+    reason = _text(validation.SHORT_REASON_MAX_LENGTH, required=False, default="")
 
 
 class CancelRequestSerializer(serializers.Serializer):
-    reason = serializers.CharField(max_length=2000)
+    reason = _text(validation.REASON_MAX_LENGTH)
 
 
 class CaseEventSerializer(serializers.ModelSerializer):

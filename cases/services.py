@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django_fsm import can_proceed
 
+from cases import validation
 from cases.exceptions import (
     ActionNotPermitted,
     InvalidCaseInput,
@@ -153,17 +154,32 @@ def record_event(
     to_status: str = "",
     detail: dict | None = None,
 ) -> CaseEvent:
-    """Append one audit event for the version the case has now."""
+    """Append one audit event for the version the case has now, linked into the case's hash
+    chain (``cases/audit.py``). The caller holds the case's row lock: that lock is what makes
+    reading the chain's head and inserting the next link one step."""
+    from cases.audit import event_hash
+
+    user = _user_or_none(actor)
+    fields = {
+        "action": action,
+        "from_status": from_status,
+        "to_status": to_status,
+        "reason": reason,
+        "actor_label": actor_label(actor),
+        "version": case.version,
+        "detail": detail or {},
+        "created_at": timezone.now(),
+    }
+    head = CaseEvent.objects.filter(case_id=case.pk).order_by("-id").values_list("hash", flat=True)
+    prev_hash = head.first() or ""
     return CaseEvent.objects.create(
         case=case,
-        action=action,
-        from_status=from_status,
-        to_status=to_status,
-        reason=reason,
-        actor=_user_or_none(actor),
-        actor_label=actor_label(actor),
-        version=case.version,
-        detail=detail or {},
+        actor=user,
+        prev_hash=prev_hash,
+        hash=event_hash(
+            case_id=case.pk, actor_id=getattr(user, "pk", None), prev_hash=prev_hash, **fields
+        ),
+        **fields,
     )
 
 
@@ -242,6 +258,9 @@ def case_transition(
         )
     if not reason.strip():
         raise InvalidCaseInput("Give a reason.", fields={"reason": ["A reason is required."]})
+    validation.ensure_valid(
+        reason=validation.text_errors(reason, max_length=validation.REASON_MAX_LENGTH)
+    )
     if transition == "cancel":
         fresh = Case.objects.get(pk=case.pk)
         if fresh.is_terminal:
@@ -305,9 +324,25 @@ def case_intake(
         and not (actor.has_perm("cases.add_case") and team.members.filter(pk=actor.pk).exists())
     ):
         raise ActionNotPermitted(f"{actor_label(actor)} may not open cases for {team}.")
+    validation.ensure_valid(
+        request_key=validation.key_errors(
+            request_key, max_length=validation.REQUEST_KEY_MAX_LENGTH
+        ),
+        order_id=validation.key_errors(order_id, max_length=validation.ORDER_ID_MAX_LENGTH),
+        note=validation.text_errors(note, max_length=validation.NOTE_MAX_LENGTH),
+    )
+    # The capability probe really changes its sandbox orders: no case may ever refer to one.
+    reserved = {order.casefold() for order in settings.ORDER_SYSTEM_SANDBOX_ORDERS}
+    if order_id.strip().casefold() in reserved:
+        raise InvalidCaseInput(
+            f"Order {order_id} is reserved for the order-system probe.",
+            fields={"order_id": ["This order is reserved for the order-system probe."]},
+        )
     existing = Case.objects.filter(account=account, request_key=request_key).first()
     if existing is not None:
         return existing, False
+    # Checked after the lookup: a re-sent intake finds its case even once its date has passed.
+    validation.ensure_valid(requested_date=validation.delivery_date_errors(requested_date))
     if team.default_owner_id is None:
         raise InvalidCaseInput(
             f"Team {team} has no default owner to take the case.",
@@ -406,6 +441,12 @@ def case_update_followup(
     reason: str = "",
 ) -> Case:
     """Record what the case is waiting to learn and when to look at it again."""
+    validation.ensure_valid(
+        outstanding_question=validation.text_errors(
+            outstanding_question or "", max_length=validation.REASON_MAX_LENGTH
+        ),
+        reason=validation.text_errors(reason, max_length=validation.REASON_MAX_LENGTH),
+    )
     with transaction.atomic():
         case = lock_case(case)
         _require(actor, "cases.work_case", case, "update the follow-up")
@@ -468,6 +509,14 @@ def evidence_record(
     *, case: Case, expected_version: int | None, actor: Actor, **reference: Any
 ) -> EvidenceReference:
     """A person records a reference to evidence; the case version moves and is audited."""
+    validation.ensure_valid(
+        external_reference=validation.key_errors(
+            reference.get("external_reference", ""), max_length=200
+        ),
+        kind=validation.key_errors(reference.get("kind", ""), max_length=60),
+        summary=validation.text_errors(reference.get("summary", ""), max_length=280, required=True),
+        order_version=validation.order_version_errors(reference.get("order_version")),
+    )
     with transaction.atomic():
         case = lock_case(case)
         _require(actor, "cases.add_evidencereference", case, "record evidence")
@@ -571,6 +620,9 @@ def case_cancel_request(
 
     if not reason.strip():
         raise InvalidCaseInput("Give a reason.", fields={"reason": ["A reason is required."]})
+    validation.ensure_valid(
+        reason=validation.text_errors(reason, max_length=validation.REASON_MAX_LENGTH)
+    )
     with transaction.atomic():
         case = lock_case(case)
         _require(actor, "cases.work_case", case, "cancel the case")
@@ -654,6 +706,9 @@ def case_set_legal_hold(
     """Place or lift a legal hold: while set, nothing of the case is purged."""
     if not reason.strip():
         raise InvalidCaseInput("Give a reason.", fields={"reason": ["A reason is required."]})
+    validation.ensure_valid(
+        reason=validation.text_errors(reason, max_length=validation.REASON_MAX_LENGTH)
+    )
     with transaction.atomic():
         case = lock_case(case)
         _require(actor, "cases.lead_case", case, "change the legal hold")
@@ -695,6 +750,79 @@ def account_verify(*, account: CustomerAccount, actor: Actor) -> int:
                 enqueue_on_commit("reconciliation.tasks.source_check", case.pk)
                 moved += 1
     return moved
+
+
+def actor_may_lead_account(actor: Actor, account: CustomerAccount) -> bool:
+    """Workers act for the system; a person needs the lead permission in the account's team."""
+    if isinstance(actor, Worker):
+        return True
+    if not actor.is_active:
+        return False
+    return actor.is_superuser or (
+        actor.has_perm("cases.lead_case") and account.team.members.filter(pk=actor.pk).exists()
+    )
+
+
+def require_account_lead(actor: Actor, account: CustomerAccount, what: str) -> None:
+    if not actor_may_lead_account(actor, account):
+        raise ActionNotPermitted(f"{actor_label(actor)} may not {what} {account.reference}.")
+
+
+def account_update(
+    *,
+    account: CustomerAccount,
+    actor: Actor,
+    reason: str,
+    name: str | None = None,
+    email: str | None = None,
+) -> CustomerAccount:
+    """Change a customer's name or email address: a lead of the account's team, with a reason.
+
+    In one transaction the account changes and each of its open cases records the change (the
+    fields, not their values: the audit log outlives the payload). Refused, nothing changes.
+    """
+    from django.core.exceptions import ValidationError
+    from django.core.validators import validate_email
+
+    email_errors: list[str] = []
+    if email:
+        try:
+            validate_email(email)
+        except ValidationError as exc:
+            email_errors = list(exc.messages)
+    validation.ensure_valid(
+        reason=validation.text_errors(
+            reason, max_length=validation.REASON_MAX_LENGTH, required=True
+        ),
+        name=validation.key_errors(name, max_length=validation.NAME_MAX_LENGTH)
+        if name is not None
+        else [],
+        email=email_errors,
+    )
+    require_account_lead(actor, account, "change")
+    with transaction.atomic():
+        locked = (
+            CustomerAccount.objects.select_for_update(of=("self",))
+            .select_related("team")
+            .get(pk=account.pk)
+        )
+        require_account_lead(actor, locked, "change")
+        wanted = {"name": name, "email": email}
+        changed = sorted(f for f, v in wanted.items() if v is not None and v != getattr(locked, f))
+        if not changed:
+            return locked
+        for field in changed:
+            setattr(locked, field, wanted[field])
+        locked.save(update_fields=changed)
+        for pk in locked.cases.open().order_by("pk").values_list("pk", flat=True):
+            record_fact(
+                case=lock_case(pk),
+                action="cases.account.updated",
+                actor=actor,
+                reason=f"{locked.reference}: {', '.join(changed)} changed. {reason.strip()}",
+                detail={"account": locked.reference, "fields": changed},
+            )
+    return locked
 
 
 def cancellations_mark_after_change(case: Case) -> str:

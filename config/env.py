@@ -26,6 +26,39 @@ def env_str(name: str, default: str | object = _MISSING) -> str:
     return value
 
 
+SECRET_MIN_LENGTH = 32
+SECRET_HOWTO = 'python -c "import secrets; print(secrets.token_urlsafe(48))"'  # noqa: S105
+
+
+def env_secret(name: str, dev_default: str, *, production: bool) -> str:
+    """A shared secret from the environment.
+
+    In production the variable is required and must be neither the development default nor
+    shorter than ``SECRET_MIN_LENGTH`` characters. Elsewhere a missing variable means the
+    development default. A variable that is set but empty is refused everywhere: it is a typo,
+    and an empty HMAC key is one anybody can compute.
+    """
+    value = os.environ.get(name)
+    make_one = f"Make one with: {SECRET_HOWTO}"
+    if value is None:
+        if production:
+            raise ImproperlyConfigured(f"Set {name} when DJANGO_ENV=production. {make_one}")
+        return dev_default
+    if not value.strip():
+        raise ImproperlyConfigured(f"{name} is set but empty. {make_one}")
+    if production:
+        if value == dev_default:
+            raise ImproperlyConfigured(
+                f"{name} is the development default, refused when DJANGO_ENV=production. {make_one}"
+            )
+        if len(value) < SECRET_MIN_LENGTH:
+            raise ImproperlyConfigured(
+                f"{name} is shorter than {SECRET_MIN_LENGTH} characters, refused when "
+                f"DJANGO_ENV=production. {make_one}"
+            )
+    return value
+
+
 def env_bool(name: str, default: bool) -> bool:
     value = os.environ.get(name)
     if value is None:

@@ -1,5 +1,10 @@
-"""``make run``: migrate, load the D-41 demo, start the web app, the worker cluster and the
-reference order system, print where they are, and stop them all cleanly on Ctrl-C.
+"""``make run``: the development stack. Migrate, load the D-41 demo, start the web app, the
+worker cluster and the reference order system with fault injection on, print where they are, and
+stop them all cleanly on Ctrl-C.
+
+It refuses ``DJANGO_ENV=production``: the demo prints a shared password and an API token, and
+fault injection exposes endpoints that delete every row. Both sides share one credential:
+``ORDER_SYSTEM_TOKEN`` (or ``ORDERS_API_TOKEN``) if set, else the development default.
 
 Ports: ``HOLDFAST_PORT`` (8000) and ``ORDER_SYSTEM_PORT`` (8100).
 """
@@ -36,6 +41,13 @@ def _wait_for(url: str, seconds: float = 30) -> bool:
 
 
 def main() -> int:
+    if os.environ.get("DJANGO_ENV") == "production":
+        print(
+            "make run is the development stack (demo logins, fault injection): it refuses "
+            "DJANGO_ENV=production. Run the web app, qcluster and the order system separately.",
+            file=sys.stderr,
+        )
+        return 2
     host = "127.0.0.1"
     web_port = int(os.environ.get("HOLDFAST_PORT", "8000"))
     orders_port = int(os.environ.get("ORDER_SYSTEM_PORT", "8100"))
@@ -48,6 +60,11 @@ def main() -> int:
         "PYTHONUNBUFFERED": "1",
     }
     env.setdefault("ORDERS_FAULTS_ENABLED", "1")  # the demo and drills inject faults
+    # One credential for both sides: Holdfast sends ORDER_SYSTEM_TOKEN, the order system
+    # checks ORDERS_API_TOKEN. Unset, both settings fall back to the same development default.
+    token = env.get("ORDER_SYSTEM_TOKEN") or env.get("ORDERS_API_TOKEN")
+    if token:
+        env["ORDER_SYSTEM_TOKEN"] = env["ORDERS_API_TOKEN"] = token
 
     print("Preparing databases and the D-41 demo…", flush=True)
     _run("manage.py", "migrate", "--no-input", "-v", "0", env=env)

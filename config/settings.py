@@ -1,12 +1,13 @@
 """Holdfast settings. Everything deployment-specific comes from the environment.
 
 ``DJANGO_ENV=production`` selects the production profile (``DEBUG`` off, secure cookies, HSTS,
-a required ``SECRET_KEY``); anything else is development, where the embedded SQLite database and
-a development secret are allowed.
+required secrets of at least 32 characters that are not the development defaults); anything else
+is development, where the embedded SQLite database and the development secrets are allowed.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -16,6 +17,7 @@ from config.env import (
     env_float,
     env_int,
     env_list,
+    env_secret,
     env_str,
     env_url,
     parse_database_url,
@@ -34,10 +36,9 @@ if PRODUCTION and DEBUG:
 
 
 def _secret(name: str, dev_default: str) -> str:
-    """A secret from the environment; a development default only while DEBUG is on."""
-    if DEBUG:
-        return env_str(name, dev_default)
-    return env_str(name)
+    """A secret from the environment: in production required, not the development default and
+    at least 32 characters (``config.env.env_secret``); elsewhere the default when unset."""
+    return env_secret(name, dev_default, production=PRODUCTION)
 
 
 SECRET_KEY = _secret("SECRET_KEY", "django-insecure-holdfast-development-only-key-0123456789")
@@ -51,6 +52,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "axes",
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
@@ -70,6 +72,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -116,6 +120,34 @@ STATIC_ROOT = Path(env_str("STATIC_ROOT", str(VAR_DIR / "static")))
 
 LOGIN_URL = "admin:login"
 
+# --- Login lockout (django-axes): failures per username from one address --------------------
+# The axes backend comes first: it refuses a locked-out login before any password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("AXES_COOLOFF_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "axes/lockout.html"
+AXES_VERBOSE = False  # no start-up banner on every management command
+
+# --- Caches: the API throttles count requests in their own cache -----------------------------
+# Without Redis each process counts on its own (locmem); with REDIS_URL all processes share it.
+_THROTTLE_REDIS = env_str("REDIS_URL", "")
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "throttle": (
+        {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _THROTTLE_REDIS}
+        if _THROTTLE_REDIS
+        else {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": "holdfast-throttle",
+        }
+    ),
+}
+
 # --- Email: customer notifications go through Django's email backend. -----------------------
 EMAIL_BACKEND = env_str(
     "EMAIL_BACKEND",
@@ -125,23 +157,58 @@ EMAIL_BACKEND = env_str(
 )
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "holdfast@localhost")
 
+
 # --- REST API ----------------------------------------------------------------------------
+def _throttle_rate(name: str, default: str) -> str | None:
+    """A DRF rate such as ``600/min`` from the environment; ``off`` means no limit."""
+    value = env_str(name, default).strip()
+    if value.lower() == "off":
+        return None
+    count, _, period = value.partition("/")
+    if not count.isdigit() or int(count) < 1 or period[:1] not in {"s", "m", "h", "d"}:
+        raise ImproperlyConfigured(f"{name}={value!r}: use a rate like 600/min, or off.")
+    return value
+
+
 REST_FRAMEWORK = {
+    # Token first: a request without credentials is answered 401 with
+    # ``WWW-Authenticate: Token``; the session (with CSRF) still serves the browsable API.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.SessionAuthentication",
         "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
     ],
+    "DEFAULT_THROTTLE_CLASSES": [
+        "cases.throttling.UserRateThrottle",
+        "cases.throttling.AnonRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": _throttle_rate("API_THROTTLE_USER", "600/min"),
+        "anon": _throttle_rate("API_THROTTLE_ANON", "60/min"),
+        "hooks": _throttle_rate("API_THROTTLE_HOOKS", "1200/min"),
+    },
+    # Reverse proxies in front of Holdfast: 0 counts the connecting address and ignores a
+    # client's X-Forwarded-For (which anyone can forge to dodge the anonymous rate).
+    "NUM_PROXIES": env_int("API_NUM_PROXIES", 0, minimum=0),
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "cases.api_errors.exception_handler",
+    # JSON nested deeper than the parser allows is a 400, not a RecursionError.
+    "DEFAULT_PARSER_CLASSES": [
+        "cases.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Holdfast API",
     "DESCRIPTION": "Cases that outlive the worker that started them.",
     "VERSION": "0.1.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Request bodies get their own components, so read-only fields and non-blank strings
+    # (minLength) are stated exactly for what a client sends.
+    "COMPONENT_SPLIT_REQUEST": True,
     # The API docs work on a closed network: Swagger UI is served from our static files.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
@@ -167,10 +234,15 @@ ORDER_SYSTEM_SANDBOX_ORDERS = env_list("ORDER_SYSTEM_SANDBOX_ORDERS", ["ORD-PROB
 APPROVAL_GRANT_KEY = _secret("APPROVAL_GRANT_KEY", "dev-approval-grant-key")
 # Shared with the order system: it signs the webhooks Holdfast receives.
 ORDER_WEBHOOK_SECRET = _secret("ORDER_WEBHOOK_SECRET", "dev-webhook-secret")
+# Shared with the order system: the bearer credential on every call Holdfast makes to it (the
+# order system reads the same value as ORDERS_API_TOKEN).
+ORDER_SYSTEM_TOKEN = _secret("ORDER_SYSTEM_TOKEN", "dev-order-system-token")
 
 # --- Case policy ---------------------------------------------------------------------------
 CASE_RETENTION_DAYS = env_int("CASE_RETENTION_DAYS", 365, minimum=1)
 CASE_REFERENCE_PREFIX = env_str("CASE_REFERENCE_PREFIX", "D")
+# A delivery date asked for or proposed is today or later, and at most this many days ahead.
+DELIVERY_DATE_HORIZON_DAYS = env_int("DELIVERY_DATE_HORIZON_DAYS", 365, minimum=1)
 
 # --- django-q2 -----------------------------------------------------------------------------
 # One retry layer: Holdfast's services decide about retries. django-q2 must neither re-deliver

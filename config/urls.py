@@ -8,7 +8,9 @@ from approvals.api import ProposalViewSet
 from cases import live
 from cases.api import CaseViewSet
 
+# No ``.json`` suffix routes: the API speaks JSON only, and suffixed @action routes were 500s.
 router = DefaultRouter()
+router.include_format_suffixes = False
 router.register("cases", CaseViewSet, basename="case")
 router.register("proposals", ProposalViewSet, basename="proposal")
 

@@ -20,7 +20,8 @@ SECONDS_KINDS = {Kind.DELAY_AFTER_COMMIT, Kind.LATENCY, Kind.SEARCH_LAG}
 
 
 def faults_enabled() -> bool:
-    return bool(settings.ORDERS_FAULTS_ENABLED)
+    """Never in production, whatever ``ORDERS_FAULTS_ENABLED`` says (settings refuse it too)."""
+    return bool(settings.ORDERS_FAULTS_ENABLED) and not settings.PRODUCTION
 
 
 def fault_add(

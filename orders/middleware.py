@@ -1,12 +1,15 @@
-"""Applies injected faults around the views (see ``orders.faults``)."""
+"""The credential check in front of every view, and injected faults around the views (see
+``orders.faults``)."""
 
 from __future__ import annotations
 
 import contextlib
+import hmac
 import logging
 import socket
 import time
 
+from django.conf import settings
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
@@ -26,6 +29,41 @@ def unavailable(detail: str, retry_after: int | None = None) -> JsonResponse:
     if retry_after is not None:
         response["Retry-After"] = str(retry_after)
     return response
+
+
+# Open without the credential: a liveness check that says nothing about orders.
+OPEN_PATHS = frozenset({"/healthz"})
+
+
+def unauthorized() -> JsonResponse:
+    response = JsonResponse(
+        {"error": "unauthorized", "detail": "Send Authorization: Bearer <ORDERS_API_TOKEN>."},
+        status=401,
+    )
+    response["WWW-Authenticate"] = 'Bearer realm="orders"'
+    return response
+
+
+def bearer_token_ok(request: HttpRequest) -> bool:
+    """The request carries ``Authorization: Bearer <ORDERS_API_TOKEN>`` (constant-time)."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    expected = settings.ORDERS_API_TOKEN
+    if scheme.lower() != "bearer" or not token or not expected:
+        return False
+    return hmac.compare_digest(token.strip().encode(), expected.encode())
+
+
+class ApiTokenMiddleware:
+    """Every endpoint except ``/healthz`` (writes, fences, reads, faults, testing, unknown
+    paths) answers ``401 {"error": "unauthorized"}`` without the shared credential."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path_info in OPEN_PATHS or bearer_token_ok(request):
+            return self.get_response(request)
+        return unauthorized()
 
 
 class FaultInjectionMiddleware:

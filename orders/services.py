@@ -20,7 +20,7 @@ from datetime import UTC, date, datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Max
 from django.utils import timezone
 
 from orders.exceptions import Refused, invalid
@@ -294,6 +294,56 @@ def fence_raise(*, order_id: str, body: object) -> dict:
             order.fence_token = token
             order.save(update_fields=["fence_token"])
         return {"order_id": order_id, "min_token": order.fence_token}
+
+
+FENCES_MAX_OPERATIONS = 200
+
+
+def fences_max(*, order_id: str = "", above: object = None) -> dict:
+    """What a client needs to tell whether its own records are older than this system's: the
+    highest fencing token seen (for one order, or over every order) and the operations applied
+    with a token above ``above`` (oldest first, at most ``FENCES_MAX_OPERATIONS``).
+
+    A read: it changes nothing. ``truncated`` says more operations matched than were listed.
+    """
+    floor = 0
+    if above not in (None, ""):
+        try:
+            floor = int(above)
+        except (TypeError, ValueError):
+            raise invalid({"above": "Must be a non-negative integer."}) from None
+        if floor < 0:
+            raise invalid({"above": "Must be a non-negative integer."})
+    orders, applied = Order.objects.all(), AppliedOperation.objects.all()
+    if order_id:
+        orders, applied = orders.filter(pk=order_id), applied.filter(order_id=order_id)
+        if not orders.exists():
+            raise _unknown_order(order_id)
+    # The fence holds the highest token of every apply and fence call; the operations' own
+    # tokens count too (with fencing switched off the fence does not move).
+    highest = max(
+        orders.aggregate(m=Max("fence_token"))["m"] or 0,
+        applied.aggregate(m=Max("fencing_token"))["m"] or 0,
+    )
+    listed = list(
+        applied.filter(fencing_token__gt=floor).order_by("fencing_token", "id")[
+            : FENCES_MAX_OPERATIONS + 1
+        ]
+    )
+    return {
+        "order_id": order_id or None,
+        "max_token": highest,
+        "operations": [
+            {
+                "operation_key": op.operation_key,
+                "order_id": op.order_id,
+                "fencing_token": op.fencing_token,
+                "approval_id": op.approval_id,
+            }
+            for op in listed[:FENCES_MAX_OPERATIONS]
+        ],
+        "truncated": len(listed) > FENCES_MAX_OPERATIONS,
+    }
 
 
 def order_get(*, order_id: str) -> Order:

@@ -1,7 +1,11 @@
 """Standalone settings for the reference order system process.
 
-Only the env helpers of ``config.env`` are shared with Holdfast; everything else here belongs to
-the order system. Holdfast's own settings never list the ``orders`` app.
+The order system imports nothing of Holdfast: its env helpers are its own (``orders.env``, the
+same semantics as Holdfast's ``config.env``). Holdfast's own settings never list the ``orders``
+app.
+
+``DJANGO_ENV=production``: every secret must be set, not the development default and at least 32
+characters; debug, fault injection and the ``/_testing/`` endpoints are refused (not routed).
 """
 
 from __future__ import annotations
@@ -10,10 +14,11 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import (
+from orders.env import (
     env_bool,
     env_float,
     env_list,
+    env_secret,
     env_str,
     env_url,
     parse_database_url,
@@ -23,19 +28,14 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 PRODUCTION = env_str("DJANGO_ENV", "development") == "production"
 DEBUG = env_bool("ORDERS_DEBUG", not PRODUCTION)
+if PRODUCTION and DEBUG:
+    raise ImproperlyConfigured("ORDERS_DEBUG must be off when DJANGO_ENV=production.")
 
 
 def _secret(name: str, dev_default: str) -> str:
-    """A secret from the environment; the development default is allowed only with debug on."""
-    if DEBUG:
-        value = env_str(name, dev_default)
-        if not value:
-            raise ImproperlyConfigured(f"{name} is set but empty.")
-        return value
-    value = env_str(name)
-    if not value:
-        raise ImproperlyConfigured(f"{name} must not be empty when ORDERS_DEBUG is off.")
-    return value
+    """A secret from the environment: in production required, not the development default and
+    at least 32 characters (``orders.env.env_secret``); elsewhere the default when unset."""
+    return env_secret(name, dev_default, production=PRODUCTION)
 
 
 SECRET_KEY = _secret("SECRET_KEY", "dev-insecure-orders-secret-key")
@@ -43,6 +43,9 @@ SECRET_KEY = _secret("SECRET_KEY", "dev-insecure-orders-secret-key")
 APPROVAL_GRANT_KEY = _secret("APPROVAL_GRANT_KEY", "dev-approval-grant-key")
 # Signs outgoing webhooks (X-Orders-Signature: sha256=<hex>).
 ORDER_WEBHOOK_SECRET = _secret("ORDER_WEBHOOK_SECRET", "dev-webhook-secret")
+# The bearer credential Holdfast sends on every call (Holdfast's ORDER_SYSTEM_TOKEN). Every
+# endpoint except /healthz answers 401 without it.
+ORDERS_API_TOKEN = _secret("ORDERS_API_TOKEN", "dev-order-system-token")
 
 # Holdfast's hook; an empty value disables delivery (events stay in the outbox). The trailing
 # slash is kept: Holdfast's route ends with one.
@@ -58,8 +61,14 @@ ORDERS_WEBHOOK_BACKOFF_CAP_SECONDS = env_float(
 )
 ORDERS_DELIVERY_POLL_SECONDS = env_float("ORDERS_DELIVERY_POLL_SECONDS", 0.5, minimum=0.05)
 
-# Fault injection and the /_testing/ endpoints: 404 unless enabled. Never enable in production.
+# Fault injection and the /_testing/ endpoints: 404 unless enabled; in production they are not
+# routed at all, and asking for them is a start-up error.
 ORDERS_FAULTS_ENABLED = env_bool("ORDERS_FAULTS_ENABLED", False)
+if PRODUCTION and ORDERS_FAULTS_ENABLED:
+    raise ImproperlyConfigured(
+        "ORDERS_FAULTS_ENABLED must be off when DJANGO_ENV=production: fault injection and the "
+        "/_testing/ endpoints (which delete every row) are for development and tests only."
+    )
 ORDERS_SEARCH_LAG_SECONDS = env_float("ORDERS_SEARCH_LAG_SECONDS", 0.0, minimum=0.0)
 
 # Crippled modes: the system keeps claiming these capabilities in /capabilities but does not
@@ -75,6 +84,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: a request without the credential reaches no view and consumes no fault rule.
+    "orders.middleware.ApiTokenMiddleware",
     "orders.middleware.FaultInjectionMiddleware",
 ]
 

@@ -95,6 +95,15 @@ def fence(request: HttpRequest, order_id: str) -> HttpResponse:
 
 
 @api("GET")
+def fences_max(request: HttpRequest) -> HttpResponse:
+    return JsonResponse(
+        services.fences_max(
+            order_id=request.GET.get("order_id", ""), above=request.GET.get("above")
+        )
+    )
+
+
+@api("GET")
 def operation_detail(request: HttpRequest, operation_key: str) -> HttpResponse:
     return JsonResponse(services.operation_get(operation_key=operation_key).as_json())
 

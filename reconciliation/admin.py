@@ -211,13 +211,11 @@ class InboundEventAdmin(admin.ModelAdmin):
     )
 
     def get_queryset(self, request):
-        qs = super().get_queryset(request)
-        if request.user.is_superuser:
-            return qs
-        # Only events about orders of the caller's teams' cases.
-        from cases.selectors import cases_for
+        # Only events whose order belongs to the account of one of the caller's teams' cases
+        # (the account the order system reported, never the order id alone).
+        from reconciliation.selectors import inbound_events_for
 
-        return qs.filter(order_id__in=cases_for(request.user).values("order_id"))
+        return inbound_events_for(request.user)
 
     def has_module_permission(self, request):
         return may_see_inbound_events(request.user)

@@ -9,13 +9,31 @@ that submission may have begun; afterwards the answer is recorded under the case
 with no usable answer is *effect unknown*: the case is held for reconciliation, never retried
 blindly. Only ``Transient`` (nothing applied) is retried, on a bounded backoff through the case's
 next check time — the single retry layer (httpx and django-q2 retry nothing).
+
+Look before writing: an operation that may already be at the order system (an earlier attempt
+got as far as submitting it, or these records were restored) is read by key from the consistent
+lookup first; found with the intended change, it is recorded applied and never written again. A
+first send of a fresh operation skips the look: nothing could have been sent, so it costs no
+round trip.
+
+Before claiming, the records are compared with the order system when nobody did so recently
+(``reconciliation.restore``): a restored database is recovered before any claim.
+
+Notifications carry a key per operation and step (``DATE-41-1:notify``, also the message's
+``Message-ID``), recorded before sending. When the records show the notification may already
+have gone (a send was recorded without its confirmation, or the change was applied after the
+backup these records came from), it is not sent again: the case shows that it may have gone,
+and a person confirms (``case_record_customer_told``).
 """
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
-from django.core.mail import send_mail
+from django.core.mail import EmailMessage
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from approvals.models import Operation
@@ -33,7 +51,7 @@ from cases.claims import (
 from cases.models import (
     Attempt,
     Case,
-    EvidenceReference,
+    CaseEvent,
     Status,
     WaitingOn,
 )
@@ -42,22 +60,35 @@ from cases.services import (
     _bump_and_save,
     apply_transition,
     cancellations_mark_after_change,
-    evidence_add,
     lock_case,
     record_event,
     record_fact,
 )
-from reconciliation.client import OperationResult, OrderSystemClient
+from reconciliation.client import OperationRecord, OperationResult, OrderSystemClient
 from reconciliation.exceptions import (
     ApprovalRefused,
     Conflict,
     EffectUnknown,
     OrderSystemError,
     Transient,
+    UnknownOperation,
 )
-from reconciliation.restore import RecoveryRequired
+from reconciliation.restore import (
+    APPLIED_BEFORE_RESTORE,
+    RecoveryRequired,
+    recover_after_restore,
+    restore_detected_at_source,
+    source_check_forget,
+)
+from reconciliation.settle import operation_confirm
+
+logger = logging.getLogger(__name__)
 
 STEPS = ("apply", "notify", "close")
+# Facts that mean the customer may already have been told about an applied operation.
+UNEXPECTED_REPLAY = "reconciliation.restore.unexpected_replay"
+NOTIFY_SENDING = "cases.notification.sending"
+NOTIFY_FAILED = "cases.notification.failed"
 
 
 def apply_case(
@@ -65,19 +96,36 @@ def apply_case(
 ) -> str:
     """Claim the case and run its remaining steps. Safe to run twice: only a claim acts."""
     worker = worker or Worker.current("apply")
-    try:
-        attempt = case_claim(case_id=case_id, worker=worker)
-    except ClaimRefused as refusal:
-        return f"refused: {refusal.extra.get('reason', refusal.code)}"
-    except RecoveryRequired:
-        return "refused: recovery after restore required"
     own_client = client is None
     client = client or OrderSystemClient.from_settings()
     try:
+        # No claim that may write on records older than the order system: asks only if
+        # nobody did recently.
+        why = _write_may_follow(case_id) and restore_detected_at_source(client=client)
+        if why:
+            logger.warning("Database restore detected at the source (%s): recovering", why)
+            recover_after_restore(progress=logger.info, client=client)
+            return f"refused: restore detected ({why}); recovered before any claim"
+        try:
+            attempt = case_claim(case_id=case_id, worker=worker)
+        except ClaimRefused as refusal:
+            return f"refused: {refusal.extra.get('reason', refusal.code)}"
+        except RecoveryRequired:
+            return "refused: recovery after restore required"
         return run_attempt(attempt_id=attempt.pk, client=client, worker=worker)
     finally:
         if own_client:
             client.close()
+
+
+def _write_may_follow(case_id: int) -> bool:
+    """A claim of this case could send a write: it is ready with an unconfirmed operation."""
+    return Operation.objects.filter(
+        case_id=case_id,
+        case__status=Status.READY,
+        confirmed_at__isnull=True,
+        retired_at__isnull=True,
+    ).exists()
 
 
 def run_attempt(*, attempt_id: int, client: OrderSystemClient, worker: Worker) -> str:
@@ -122,9 +170,14 @@ def _apply(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
         return _finish(
             attempt, worker, "approval_expired", "The approval expired before the change was sent"
         )
+    operation = attempt.operation
+    why = _may_have_been_sent(attempt)
+    if why:
+        looked = _look_before_write(attempt, client, worker, why)
+        if looked is not None:
+            return looked
     if not _mark_submitting(attempt):
         return "stale: stopped before submitting"
-    operation = attempt.operation
     try:
         with keep_alive(attempt):
             result = client.apply_operation(
@@ -140,6 +193,70 @@ def _apply(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
     return _record_applied(attempt, worker, result)
 
 
+def _may_have_been_sent(attempt: Attempt) -> str:
+    """Why the operation may already be at the order system, or '' when these records prove
+    nothing could have been sent: no attempt of it ever got as far as submitting
+    (``Attempt.submitted_at`` is null on every one) and the case was never recovered after a
+    restore. Only then does the write go without a look first."""
+    earlier = (
+        Attempt.objects.filter(operation_id=attempt.operation_id, submitted_at__isnull=False)
+        .exclude(pk=attempt.pk)
+        .order_by("-sequence")
+        .first()
+    )
+    if earlier is not None:
+        return f"{earlier.reference} submitted it before ({earlier.get_state_display().lower()})"
+    restored = CaseEvent.objects.filter(case_id=attempt.case_id).filter(
+        Q(detail__transition="hold_for_recovery") | Q(action=UNEXPECTED_REPLAY)
+    )
+    if restored.exists():
+        return "the case's records were restored from a backup"
+    return ""
+
+
+def _look_before_write(
+    attempt: Attempt, client: OrderSystemClient, worker: Worker, why: str
+) -> str | None:
+    """Read the operation by key from the consistent lookup. Returns the step's outcome when
+    the look settles it (found, or the lookup failed), ``None`` when it is proven not applied
+    yet and the write may go (with the same key and this attempt's fencing token)."""
+    operation = attempt.operation
+    try:
+        with keep_alive(attempt):
+            record = client.get_operation(operation.key)
+    except UnknownOperation:
+        return None
+    except OrderSystemError as exc:
+        # Not proof either way: nothing is written on a guess.
+        return _record_refusal(attempt, worker, exc)
+    intended = (
+        record.order_id == operation.order_id
+        and record.delivery_date == operation.delivery_date
+        and record.status == "applied"
+        and record.order_version is not None
+    )
+    if not intended:
+        return _finish(
+            attempt,
+            worker,
+            "lookup_mismatch",
+            f"{operation.key} exists at the order system with another change "
+            f"({record.order_id} → {record.delivery_date}, {record.status}); a person must look",
+        )
+    return _record_applied(
+        attempt, worker, _looked_up(record), looked_up=f"{why}; the consistent lookup found it"
+    )
+
+
+def _looked_up(record: OperationRecord) -> OperationResult:
+    return OperationResult(
+        operation_key=record.operation_key,
+        status=record.status,
+        order_version=record.order_version,
+        replayed=True,
+    )
+
+
 def _mark_submitting(attempt: Attempt) -> bool:
     """Durably note that the write may leave now, while the attempt is still current."""
     return bool(
@@ -149,28 +266,50 @@ def _mark_submitting(attempt: Attempt) -> bool:
     )
 
 
-def _record_applied(attempt: Attempt, worker: Worker, result: OperationResult) -> str:
-    """The order system applied (or replayed) the operation: that is a fact, recorded as
-    evidence whatever happened to the attempt meanwhile."""
+def _record_applied(
+    attempt: Attempt, worker: Worker, result: OperationResult, *, looked_up: str = ""
+) -> str:
+    """The order system applied (or replayed) the operation — or the consistent lookup shows it
+    applied (``looked_up`` says why it was looked for): that is a fact, recorded as evidence
+    whatever happened to the attempt meanwhile."""
     now = timezone.now()
     with transaction.atomic():
         case = lock_case(attempt.case_id)
         operation = Operation.objects.select_for_update().get(pk=attempt.operation_id)
-        if operation.confirmed_at is None:
-            operation.confirmed_at = now
-            operation.result_order_version = result.order_version
-            operation.save(update_fields=["confirmed_at", "result_order_version"])
-        evidence_add(
-            case=case,
-            actor=worker,
-            source_system=EvidenceReference.Source.ORDER_SYSTEM,
-            external_reference=f"operation:{operation.key}",
-            kind="operation_replayed" if result.replayed else "operation_applied",
-            permitted_basis=EvidenceReference.Basis.CONTRACT,
-            summary=f"{operation.key} applied: delivery {operation.delivery_date:%Y-%m-%d}, "
-            f"order version {result.order_version}",
-            order_version=result.order_version,
+        unexpected = (
+            result.replayed
+            and not looked_up
+            and not Attempt.objects.filter(operation=operation, submitted_at__isnull=False)
+            .exclude(pk=attempt.pk)
+            .exists()
         )
+        if looked_up:
+            kind, how = "operation_lookup", f"found by the consistent lookup ({looked_up})"
+        else:
+            kind = "operation_replayed" if result.replayed else "operation_applied"
+            how = "applied"
+        operation_confirm(
+            case=case,
+            operation=operation,
+            order_version=result.order_version,
+            actor=worker,
+            kind=kind,
+            summary=f"{operation.key} {how}: delivery {operation.delivery_date:%Y-%m-%d}, "
+            f"order version {result.order_version}",
+        )
+        if unexpected:
+            # A first send answered "already applied": these records lack what the order
+            # system holds (a restore nobody detected). What followed the apply is unknown.
+            source_check_forget()
+            record_fact(
+                case=case,
+                action=UNEXPECTED_REPLAY,
+                actor=worker,
+                reason=f"{operation.key} was already applied although these records show no "
+                "attempt that sent it: they are older than the order system. The customer may "
+                "already have been told",
+                detail={"operation_key": operation.key, "attempt": attempt.reference},
+            )
         current = Attempt.objects.filter(pk=attempt.pk, state=Attempt.State.RUNNING).update(
             last_confirmed_step=Attempt.Step.APPLIED
         )
@@ -185,7 +324,9 @@ def _record_applied(attempt: Attempt, worker: Worker, result: OperationResult) -
             action="cases.step.applied" if current else "cases.attempt.late_result_recorded",
             actor=worker,
             reason=(
-                f"{operation.key} applied at order version {result.order_version}"
+                f"{operation.key} {'found applied' if looked_up else 'applied'} at order "
+                f"version {result.order_version}"
+                + (f" ({looked_up}); not written again" if looked_up else "")
                 + (
                     ""
                     if current
@@ -197,6 +338,7 @@ def _record_applied(attempt: Attempt, worker: Worker, result: OperationResult) -
                 "attempt": attempt.reference,
                 "order_version": result.order_version,
                 "replayed": result.replayed,
+                "looked_up": bool(looked_up),
             },
         )
         if cancelling and case.status == Status.APPLYING:
@@ -235,22 +377,65 @@ def _record_refusal(attempt: Attempt, worker: Worker, exc: OrderSystemError) -> 
 # --- step: notify --------------------------------------------------------------------------
 
 
+def notification_key(operation: Operation) -> str:
+    """The notification's identity: one per operation and step, the same on every resend."""
+    return f"{operation.key}:notify"
+
+
+def _message_id(key: str) -> str:
+    domain = settings.DEFAULT_FROM_EMAIL.rpartition("@")[2].strip("> ") or "holdfast.invalid"
+    return f"<{key.replace(':', '.')}@{domain}>"
+
+
+def _may_have_been_told(case: Case, operation: Operation, key: str) -> str:
+    """Why the customer may already have been told about this operation, or ''."""
+    events = CaseEvent.objects.filter(case=case, detail__notify_key=key)
+    started = events.filter(action=NOTIFY_SENDING).count()
+    if started > events.filter(action=NOTIFY_FAILED).count():
+        return f"a send of {key} was recorded before and never confirmed"
+    if events.filter(
+        action__in=[APPLIED_BEFORE_RESTORE, UNEXPECTED_REPLAY], detail__operation_key=operation.key
+    ).exists():
+        return (
+            f"{operation.key} was applied after the backup these records were restored from, "
+            "and what followed it there is not in them"
+        )
+    return ""
+
+
 def _notify(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
     case, operation = attempt.case, attempt.operation
     address = case.account.email
+    key = notification_key(operation)
     if address:
+        with transaction.atomic():
+            case = lock_case(case.pk)
+            why = _may_have_been_told(case, operation, key)
+            if why:
+                return _notification_uncertain(case, attempt, worker, key, address, why)
+            # Recorded before the send: a send that dies before its confirmation is
+            # recognisable afterwards, and never repeated blindly.
+            record_fact(
+                case=case,
+                action=NOTIFY_SENDING,
+                actor=worker,
+                reason=f"Notifying the customer at {address} ({key})",
+                detail={"attempt": attempt.reference, "notify_key": key},
+            )
         try:
-            send_mail(
+            EmailMessage(
                 subject=f"Your delivery for order {operation.order_id} is moved",
-                message=(
+                body=(
                     f"Hello {case.account.name},\n\nAs you asked ({case.reference}), the "
                     f"delivery of order {operation.order_id} is now on "
                     f"{operation.delivery_date:%A %d %B %Y}.\n"
                 ),
                 from_email=settings.DEFAULT_FROM_EMAIL,
-                recipient_list=[address],
-            )
+                to=[address],
+                headers={"Message-ID": _message_id(key), "X-Holdfast-Notification-Key": key},
+            ).send()
         except Exception as exc:  # noqa: BLE001 - any mail failure is a transient step failure
+            _notification_not_sent(case.pk, attempt, worker, key, exc)
             return _finish(
                 attempt, worker, "transient", f"notification failed: {exc}", step="notify"
             )
@@ -264,11 +449,47 @@ def _notify(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
             case=case,
             action="cases.step.notified",
             actor=worker,
-            reason=f"Customer notified at {address}"
+            reason=f"Customer notified at {address} ({key})"
             if address
             else "No customer address on file: nothing sent",
-            detail={"attempt": attempt.reference},
+            detail={"attempt": attempt.reference, "notify_key": key if address else None},
         )
+    return "confirmed"
+
+
+def _notification_not_sent(case_id: int, attempt: Attempt, worker: Worker, key: str, exc) -> None:
+    """The mail backend refused the message: it did not go, so the next run sends it again."""
+    with transaction.atomic():
+        case = lock_case(case_id)
+        record_fact(
+            case=case,
+            action=NOTIFY_FAILED,
+            actor=worker,
+            # Accounts for the "sending" record before it: that send did not go.
+            reason=f"{key} was not sent: {exc}",
+            detail={"attempt": attempt.reference, "notify_key": key, "sent": False},
+        )
+
+
+def _notification_uncertain(
+    case: Case, attempt: Attempt, worker: Worker, key: str, address: str, why: str
+) -> str:
+    """The customer may already have been told: not sent again, shown on the case for a person
+    to confirm (the step counts as done; ``notified_at`` stays empty until someone does)."""
+    Attempt.objects.filter(pk=attempt.pk).update(last_confirmed_step=Attempt.Step.NOTIFIED)
+    question = (
+        f"The notification {key} to {address} may already have gone ({why}); it was not sent "
+        "again. If the customer was not told, tell them and record it."
+    )
+    case.outstanding_question = question[:500]
+    _bump_and_save(case, ["outstanding_question"])
+    record_event(
+        case=case,
+        action="cases.notification.may_have_gone",
+        actor=worker,
+        reason=f"Notification may have gone twice if sent now: {why}. Not re-sent",
+        detail={"attempt": attempt.reference, "notify_key": key, "address": address},
+    )
     return "confirmed"
 
 
@@ -373,6 +594,17 @@ def _finish(
                 last_error=text,
                 reason="The order system refused a stale fencing token: another owner exists",
                 waiting=(WaitingOn.OWNER, "Another owner exists: reconcile before anything else"),
+                next_check_at=next_retry_at(1),
+            )
+        elif outcome == "lookup_mismatch":
+            apply_transition(
+                case,
+                "hold",
+                actor=worker,
+                detail=detail,
+                last_error=text,
+                reason=f"Looked before writing: {text}. Nothing was sent",
+                waiting=(WaitingOn.OWNER, "The operation key shows another change: look"),
                 next_check_at=next_retry_at(1),
             )
         elif outcome == "transient":

@@ -3,7 +3,10 @@
 An anti-corruption layer. It owns one ``httpx.Client``, parses every answer strictly into frozen
 dataclasses, and turns every failure into a classified error from
 ``reconciliation.exceptions``. It never imports a model; the only Django it touches is
-``django.conf.settings`` inside ``OrderSystemClient.from_settings``.
+``django.conf.settings`` in ``OrderSystemClient.from_settings`` and for the default credential.
+
+Every request carries ``Authorization: Bearer <ORDER_SYSTEM_TOKEN>``: the order system answers
+``401`` to anything without it (``/healthz`` aside).
 
 Retries. This client retries nothing, and nothing below it does: httpx retries nothing by default
 (``HTTPTransport(retries=N)`` would retry connection failures only, and it is deliberately not
@@ -111,6 +114,24 @@ class OperationRecord:
     delivery_date: dt.date
 
 
+@dataclass(frozen=True, slots=True)
+class SeenOperation:
+    operation_key: str
+    order_id: str
+    fencing_token: int
+    approval_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class FencesSeen:
+    """``GET /fences/max``: the highest fencing token the order system has seen and the
+    operations it applied above a given token (restore detection from the source)."""
+
+    max_token: int
+    operations: tuple[SeenOperation, ...]
+    truncated: bool
+
+
 # --- Strict parsing helpers ----------------------------------------------------------------
 
 
@@ -204,7 +225,10 @@ class OrderSystemClient:
         *,
         timeouts: Mapping[str, float],
         transport: httpx.BaseTransport | None = None,
+        token: str | None = None,
     ):
+        """``token``: the order system's credential; ``None`` means
+        ``settings.ORDER_SYSTEM_TOKEN``, ``""`` sends none."""
         missing = [name for name in TIMEOUT_NAMES if name not in timeouts]
         if missing:
             raise ValueError(f"timeouts must name {', '.join(TIMEOUT_NAMES)}; missing {missing}")
@@ -215,12 +239,19 @@ class OrderSystemClient:
             write=float(timeouts["write"]),
             pool=float(timeouts["pool"]),
         )
+        if token is None:
+            from django.conf import settings
+
+            token = settings.ORDER_SYSTEM_TOKEN
+        headers = {"Accept": "application/json", "User-Agent": "holdfast-reconciliation"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         self._client = httpx.Client(
             base_url=self.base_url,
             timeout=self.timeout,
             transport=transport,
             follow_redirects=False,
-            headers={"Accept": "application/json", "User-Agent": "holdfast-reconciliation"},
+            headers=headers,
         )
 
     @classmethod
@@ -231,6 +262,7 @@ class OrderSystemClient:
             settings.ORDER_SYSTEM_URL,
             timeouts=settings.ORDER_SYSTEM_TIMEOUTS,
             transport=transport,
+            token=settings.ORDER_SYSTEM_TOKEN,
         )
 
     def close(self) -> None:
@@ -284,6 +316,32 @@ class OrderSystemClient:
     def capabilities(self) -> dict[str, Any]:
         """What the receiver *claims*. Only the probe's live checks are evidence."""
         return self._read("GET", "/capabilities")
+
+    def fences_seen(self, *, above: int = 0, order_id: str = "") -> FencesSeen:
+        """The highest fencing token seen (over every order, or ``order_id``'s) and the
+        operations applied with a token above ``above``."""
+        params = {"above": str(above), **({"order_id": order_id} if order_id else {})}
+        body = self._read("GET", "/fences/max", params=params)
+
+        def parse() -> FencesSeen:
+            raw = _field(body, "operations", list)
+            if not all(isinstance(item, dict) for item in raw):
+                raise _Malformed("field 'operations' holds a non-object")
+            return FencesSeen(
+                max_token=_field(body, "max_token", int),
+                operations=tuple(
+                    SeenOperation(
+                        operation_key=_field(item, "operation_key", str),
+                        order_id=_field(item, "order_id", str),
+                        fencing_token=_field(item, "fencing_token", int),
+                        approval_id=_field(item, "approval_id", str),
+                    )
+                    for item in raw
+                ),
+                truncated=_field(body, "truncated", bool),
+            )
+
+        return self._parse(parse, write=False)
 
     # --- writes --------------------------------------------------------------------------
 

@@ -22,6 +22,8 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from cases.api_errors import ErrorSerializer, error_responses
+from cases.throttling import HookRateThrottle
 from reconciliation.inbound import inbound_event_receive
 
 SIGNATURE_HEADER = "X-Orders-Signature"
@@ -101,6 +103,8 @@ class OrderHookView(APIView):
 
     authentication_classes: list = []
     permission_classes = [AllowAny]
+    # Its own scope, so a flood of webhooks never uses up the integrations' API rate.
+    throttle_classes = [HookRateThrottle]
     parser_classes: list = []  # the raw body is read and verified here, never parsed by DRF
 
     @extend_schema(
@@ -108,8 +112,12 @@ class OrderHookView(APIView):
         request={"application/json": OpenApiTypes.OBJECT},
         responses={
             202: OpenApiResponse(OpenApiTypes.OBJECT, description="Stored, or already stored."),
-            400: OpenApiResponse(OpenApiTypes.OBJECT, description="invalid: fields named."),
-            401: OpenApiResponse(OpenApiTypes.OBJECT, description="bad_signature"),
+            **error_responses(400),
+            401: OpenApiResponse(
+                ErrorSerializer,
+                description="bad_signature: the X-Orders-Signature header is missing or does "
+                "not match the body; nothing was stored.",
+            ),
         },
         tags=["hooks"],
     )

@@ -7,13 +7,22 @@ resend them by hand. So:
   duplicate only counts another delivery. A duplicate (or manual resend) of an event whose
   processing failed puts it back to ``pending`` and queues it again, so a stored receipt never
   hides unfinished work; a duplicate of a processed event changes nothing else.
-- ``inbound_event_process`` applies one event to every open case of its order, all or nothing,
-  under the event's row lock and each case's row lock. It is safe to run twice: a processed
-  event is left alone, and each case carries the evidence reference ``event:<event_id>`` once.
+- ``inbound_event_process`` applies one event to every open case of its order *and of the
+  order's account*, all or nothing, under the event's row lock and each case's row lock. It is
+  safe to run twice: a processed event is left alone, and each case carries the evidence
+  reference ``event:<event_id>`` once.
   Out-of-order delivery is decided by order version: a version not newer than what the case
   already knows changes nothing; the version of one of the case's own confirmed operations is
   Holdfast's own change; a newer version is recorded as evidence and voids an open proposal
   and approval (held and applying cases are never moved: reconciliation decides those).
+- Team walls. The webhook names an order, not an account, and anyone may open a case on any
+  order id. So before an event touches a case, processing reads the order from the order
+  system (``GET /orders/{id}``, outside any transaction) and the event reaches only open cases
+  whose ``account.reference`` is the account the order system reports; open cases of that
+  order under another account are left alone and are not named in the event's outcome. The
+  account read is stored on the event (``account_reference``), which is what scopes the event
+  in the admin (``reconciliation.selectors.inbound_events_for``). An order that cannot be read
+  is a failed attempt (nothing changed, retried on the backoff), never a guess.
 - ``inbound_events_retry_due`` (django-q2 schedule, every minute) processes failed events whose
   next attempt is due, on the shared bounded backoff, and pending events nobody picked up.
   After ``MAX_ATTEMPTS`` an event stays ``failed`` and visible in the admin.
@@ -35,6 +44,8 @@ from cases.backoff import next_retry_at
 from cases.models import TERMINAL_STATUSES, Case, EvidenceReference, Status
 from cases.scheduling import enqueue_on_commit
 from cases.services import Worker, _bump_and_save, evidence_add, lock_case, record_event
+from reconciliation.client import OrderSystemClient
+from reconciliation.exceptions import OrderSystemError
 from reconciliation.models import InboundEvent
 
 logger = logging.getLogger(__name__)
@@ -136,19 +147,46 @@ def inbound_event_receive(
 # --- processing --------------------------------------------------------------------------------
 
 
-def inbound_event_process(*, event_id: str) -> str:
+def order_system_client() -> OrderSystemClient:
+    """The client processing reads the order's account with (tests give it a transport)."""
+    return OrderSystemClient.from_settings()
+
+
+def _order_account(event: InboundEvent, client: OrderSystemClient | None) -> str | None:
+    """The account the order system reports for the event's order, read now (no transaction
+    is open); ``None`` when nothing needs it (another event type, or no open case of the order
+    at all). Raises ``OrderSystemError`` when the order cannot be read."""
+    if event.type != ORDER_UPDATED:
+        return None
+    if not Case.objects.open().filter(order_id=event.order_id).exists():
+        return None
+    if client is not None:
+        return client.get_order(event.order_id).account_id
+    with order_system_client() as own:
+        return own.get_order(event.order_id).account_id
+
+
+def inbound_event_process(*, event_id: str, client: OrderSystemClient | None = None) -> str:
     """Process one stored event (idempotent); returns its processing status.
 
     Every change to cases and the ``processed`` mark commit together, or nothing does: on any
-    error the event is marked ``failed`` with attempts + 1, the error and the next attempt time
-    (bounded backoff; none after ``MAX_ATTEMPTS``), and the error is not raised.
+    error (the order's account could not be read, or applying failed) the event is marked
+    ``failed`` with attempts + 1, the error and the next attempt time (bounded backoff; none
+    after ``MAX_ATTEMPTS``), and the error is not raised.
     """
+    account: str | None = None
     try:
+        event = InboundEvent.objects.get(event_id=event_id)
+        if event.processing == Processing.PROCESSED:
+            return Processing.PROCESSED
+        account = _order_account(event, client)
         with transaction.atomic():
             event = InboundEvent.objects.select_for_update().get(event_id=event_id)
             if event.processing == Processing.PROCESSED:
                 return Processing.PROCESSED
-            outcome = _apply_event(event)
+            outcome = _apply_event(event, account)
+            if account is not None:
+                event.account_reference = account
             event.processing = Processing.PROCESSED
             event.attempts += 1
             event.processed_at = timezone.now()
@@ -163,22 +201,30 @@ def inbound_event_process(*, event_id: str) -> str:
                     "next_attempt_at",
                     "last_error",
                     "outcome",
+                    "account_reference",
                 ]
             )
             return Processing.PROCESSED
     except InboundEvent.DoesNotExist:
         logger.warning("Inbound event %s is not stored; nothing to process.", event_id)
         return "missing"
+    except OrderSystemError as exc:
+        logger.warning("Inbound event %s: the order's account could not be read: %s", event_id, exc)
+        return _record_failure(event_id, exc)
     except Exception as exc:
         logger.exception("Processing inbound event %s failed.", event_id)
-        return _record_failure(event_id, exc)
+        return _record_failure(event_id, exc, account)
 
 
-def _record_failure(event_id: str, exc: Exception) -> str:
+def _record_failure(event_id: str, exc: Exception, account: str | None = None) -> str:
+    """Mark one attempt failed; the order's account, when it was read, is kept (so the
+    order's own teams see the failure in the admin)."""
     with transaction.atomic():
         event = InboundEvent.objects.select_for_update().get(event_id=event_id)
         if event.processing == Processing.PROCESSED:  # another run finished it meanwhile
             return Processing.PROCESSED
+        if account is not None:
+            event.account_reference = account
         event.attempts += 1
         event.processing = Processing.FAILED
         event.last_error = f"{type(exc).__name__}: {exc}"[:2000]
@@ -195,22 +241,42 @@ def _record_failure(event_id: str, exc: Exception) -> str:
                 "again from the admin, or resend it from the order system."
             )
         event.save(
-            update_fields=["attempts", "processing", "last_error", "next_attempt_at", "outcome"]
+            update_fields=[
+                "attempts",
+                "processing",
+                "last_error",
+                "next_attempt_at",
+                "outcome",
+                "account_reference",
+            ]
         )
         return Processing.FAILED
 
 
-def _apply_event(event: InboundEvent) -> str:
+def _apply_event(event: InboundEvent, account: str | None) -> str:
     if event.type != ORDER_UPDATED:
         return f"Nothing to do for a {event.type!r} event."
+    on_order = Case.objects.open().filter(order_id=event.order_id)
+    if account is None:
+        # No open case when the event was read: a case opened since reads the order itself.
+        return f"No open case for order {event.order_id} when the event was processed."
     case_ids = list(
-        Case.objects.open()
-        .filter(order_id=event.order_id)
-        .order_by("pk")
-        .values_list("pk", flat=True)
+        on_order.filter(account__reference=account).order_by("pk").values_list("pk", flat=True)
     )
+    others = list(on_order.exclude(account__reference=account).values_list("reference", flat=True))
+    if others:
+        # Cases of another account on this order: never touched, and not named in the outcome
+        # (the order's own teams read it); the log keeps them for operators.
+        logger.warning(
+            "Inbound event %s for order %s (account %s) left alone open cases of other "
+            "accounts: %s",
+            event.event_id,
+            event.order_id,
+            account,
+            ", ".join(others),
+        )
     if not case_ids:
-        return f"No open case for order {event.order_id}."
+        return f"No open case of the order's account for order {event.order_id}."
     actor = _actor()
     return "\n".join(_apply_to_case(case_id, event, actor) for case_id in case_ids)
 
@@ -300,10 +366,12 @@ def inbound_events_due(now: dt.datetime | None = None):
     ).order_by("next_attempt_at", "pk")
 
 
-def inbound_events_retry_due(*, limit: int = 100) -> dict[str, int]:
+def inbound_events_retry_due(
+    *, limit: int = 100, client: OrderSystemClient | None = None
+) -> dict[str, int]:
     """Process due events once each (one pass, at most ``limit``); counts by outcome."""
     counts: dict[str, int] = {}
     for event_id in list(inbound_events_due().values_list("event_id", flat=True)[:limit]):
-        status = inbound_event_process(event_id=event_id)
+        status = inbound_event_process(event_id=event_id, client=client)
         counts[status] = counts.get(status, 0) + 1
     return counts

@@ -213,6 +213,13 @@ class InboundEvent(models.Model):
         help_text="When processing is due (again); empty once processed or given up.",
     )
     outcome = models.TextField(blank=True, help_text="What processing did, per case.")
+    account_reference = models.CharField(
+        max_length=40,
+        blank=True,
+        db_index=True,
+        help_text="The order's account as the order system reported it when the event was "
+        "processed (never taken from the webhook); empty until then.",
+    )
 
     class Meta:
         ordering = ["-received_at", "-id"]

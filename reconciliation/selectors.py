@@ -1,4 +1,5 @@
-"""Read side of reconciliation: which order-system profile is current, and what it allows."""
+"""Read side of reconciliation: which order-system profile is current, what it allows, and
+which inbound order events a person may see."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import datetime as dt
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db.models import Exists, OuterRef, QuerySet
 
-from reconciliation.models import AUTONOMY_MEANING, Autonomy, OrderSystemProfile
+from cases.selectors import cases_for
+from reconciliation.models import AUTONOMY_MEANING, Autonomy, InboundEvent, OrderSystemProfile
 
 NEVER_PROBED = (
     "The order system at this address was never probed, so none of its safeguards are verified."
@@ -72,3 +75,22 @@ def profiles_for(base_url: str | None = None):
     """Probe history for one order system, newest first."""
     url = _normalise(base_url or settings.ORDER_SYSTEM_URL)
     return OrderSystemProfile.objects.filter(base_url=url).order_by("-probed_at", "-id")
+
+
+def inbound_events_for(user) -> QuerySet[InboundEvent]:
+    """Inbound events ``user`` may see: all of them for a superuser; otherwise those whose
+    order belongs, by the account the order system reported when the event was processed, to
+    the account of one of the user's teams' cases on that order.
+
+    An order id alone proves nothing (anyone can open a case on any order id), so an event
+    whose account is not known yet (pending, or failed before the order could be read) is
+    shown to superusers only.
+    """
+    if user is None or not user.is_authenticated:
+        return InboundEvent.objects.none()
+    if user.is_superuser:
+        return InboundEvent.objects.all()
+    own_cases = cases_for(user).filter(
+        order_id=OuterRef("order_id"), account__reference=OuterRef("account_reference")
+    )
+    return InboundEvent.objects.exclude(account_reference="").filter(Exists(own_cases))

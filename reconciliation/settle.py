@@ -206,6 +206,35 @@ def _pending_cancellations(case: Case):
     return case.cancellations.filter(outcome=CancellationRequest.Outcome.PENDING)
 
 
+def operation_confirm(
+    *,
+    case: Case,
+    operation: Operation,
+    order_version: int | None,
+    actor: Actor,
+    kind: str,
+    summary: str,
+) -> None:
+    """Record that the order system proved ``operation`` applied: the confirmation (the first
+    one stands) and its evidence. The one place this is written: the apply's answer, the
+    apply's look before writing and settlement all come here. The caller holds the case lock
+    and the operation's row lock."""
+    if operation.confirmed_at is None:
+        operation.confirmed_at = timezone.now()
+        operation.result_order_version = order_version
+        operation.save(update_fields=["confirmed_at", "result_order_version"])
+    evidence_add(
+        case=case,
+        actor=actor,
+        source_system=EvidenceReference.Source.ORDER_SYSTEM,
+        external_reference=f"operation:{operation.key}",
+        kind=kind,
+        permitted_basis=EvidenceReference.Basis.CONTRACT,
+        summary=summary,
+        order_version=order_version,
+    )
+
+
 def _settle_applied(
     case: Case,
     operation: Operation,
@@ -215,19 +244,13 @@ def _settle_applied(
     detail: dict,
 ) -> str:
     now = timezone.now()
-    if operation.confirmed_at is None:
-        operation.confirmed_at = now
-        operation.result_order_version = record.order_version
-        operation.save(update_fields=["confirmed_at", "result_order_version"])
-    evidence_add(
+    operation_confirm(
         case=case,
-        actor=actor,
-        source_system=EvidenceReference.Source.ORDER_SYSTEM,
-        external_reference=f"operation:{operation.key}",
-        kind="operation_lookup",
-        permitted_basis=EvidenceReference.Basis.CONTRACT,
-        summary=f"Consistent lookup: {operation.key} applied, order version {record.order_version}",
+        operation=operation,
         order_version=record.order_version,
+        actor=actor,
+        kind="operation_lookup",
+        summary=f"Consistent lookup: {operation.key} applied, order version {record.order_version}",
     )
     from cases.services import cancellations_mark_after_change
 

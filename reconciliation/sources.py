@@ -68,8 +68,8 @@ def source_check(*, case_id: int, client: OrderSystemClient | None = None) -> st
             return _escalate(
                 case,
                 actor,
-                f"Order {case.order_id} belongs to account "
-                f"{order.account_id}, not {case.account.reference}",
+                # Never name the order's owner: it may be another team's customer.
+                f"Order {case.order_id} is not an order of account {case.account.reference}",
             )
         if case.status == Status.WAITING_SOURCE:
             evidence_add(

@@ -23,8 +23,9 @@ else:
     from tests.support.order_system import *  # noqa: F403
 
     def _allow_test_flush(sender, connection, **kwargs):
-        """Flushing a test database truncates the append-only event table; only test
-        sessions opt into maintenance (see cases/migrations/0007)."""
+        """Flushing a test database truncates the append-only event table; test sessions
+        connect as the table's owner (a superuser) and opt into maintenance, which only the
+        owner may use (see cases/migrations/0010)."""
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("SET holdfast.maintenance = 'on'")

@@ -25,6 +25,10 @@ DEFAULT_PG = "postgres://postgres@127.0.0.1:5432/holdfast"
 # The browser suite (Chromium through Playwright) runs once, on PostgreSQL when it answers.
 BROWSER = "tests/browser"
 BROWSER_IGNORE = f"--ignore={BROWSER}"
+# Only Holdfast's suite runs schemathesis (tests/test_api_schema_fuzz.py); the others skip
+# loading its plugin (about 2 s each).
+NO_SCHEMATHESIS = ["-p", "no:schemathesis"]
+ORDERS = [*NO_SCHEMATHESIS, "--ds=orders.settings", "tests/orders"]
 
 
 def postgres_url() -> str:
@@ -108,7 +112,7 @@ def main(extra: list[str]) -> int:
     }
     plans = [
         ("Holdfast suite on SQLite", ["tests", BROWSER_IGNORE], sqlite_env),
-        ("Order system suite on SQLite", ["--ds=orders.settings", "tests/orders"], sqlite_env),
+        ("Order system suite on SQLite", ORDERS, sqlite_env),
     ]
     pg = postgres_url()
     reachable, why = postgres_answers(pg)
@@ -122,13 +126,13 @@ def main(extra: list[str]) -> int:
         }
         plans += [
             ("Holdfast suite on PostgreSQL", ["tests", BROWSER_IGNORE], pg_env),
-            ("Order system suite on PostgreSQL", ["--ds=orders.settings", "tests/orders"], pg_env),
-            ("Browser suite on PostgreSQL", [BROWSER], pg_env),
+            ("Order system suite on PostgreSQL", ORDERS, pg_env),
+            ("Browser suite on PostgreSQL", [*NO_SCHEMATHESIS, BROWSER], pg_env),
         ]
     else:
         print(f"PostgreSQL at {pg} does not answer: {why}", flush=True)
         # The browser suite runs once; without PostgreSQL a newcomer still gets it.
-        plans.append(("Browser suite on SQLite", [BROWSER], sqlite_env))
+        plans.append(("Browser suite on SQLite", [*NO_SCHEMATHESIS, BROWSER], sqlite_env))
     results = [run_suite(title, args, env, extra) for title, args, env in plans]
     print(f"\n{'=' * 20} summary {'=' * 20}")
     for r in results:

@@ -23,6 +23,7 @@ _INHERITED = {
     "ALLOWED_HOSTS",
     "APPROVAL_GRANT_KEY",
     "ORDER_WEBHOOK_SECRET",
+    "ORDER_SYSTEM_TOKEN",
     "REDIS_URL",
     "CONN_MAX_AGE",
     "SECURE_SSL_REDIRECT",
@@ -39,8 +40,9 @@ def _production_env(tmp_path, **overrides) -> dict[str, str]:
             "DJANGO_ENV": "production",
             "SECRET_KEY": secrets.token_urlsafe(64),
             "ALLOWED_HOSTS": "holdfast.example",
-            "APPROVAL_GRANT_KEY": "x",
-            "ORDER_WEBHOOK_SECRET": "y",
+            "APPROVAL_GRANT_KEY": secrets.token_urlsafe(48),
+            "ORDER_WEBHOOK_SECRET": secrets.token_urlsafe(48),
+            "ORDER_SYSTEM_TOKEN": secrets.token_urlsafe(48),
             "DATABASE_URL": f"sqlite:///{tmp_path / 'deploy.sqlite3'}",
         }
     )

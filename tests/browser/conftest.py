@@ -119,9 +119,11 @@ def open_page(chromium_browser, holdfast, request) -> Iterator[Callable[..., obj
         page.on("pageerror", lambda exc: problems.append(f"page error on {page.url}: {exc}"))
         page.on(
             "response",
-            lambda r: problems.append(f"HTTP {r.status} for {r.request.method} {r.url}")
-            if r.status >= 500
-            else None,
+            lambda r: (
+                problems.append(f"HTTP {r.status} for {r.request.method} {r.url}")
+                if r.status >= 500
+                else None
+            ),
         )
 
     def make(viewport: dict | None = None):
@@ -154,7 +156,13 @@ def staff(lead, backup, agent, approver, auditor):
     """Deliveries' people: Lena Lead (owner), Bo Backup, an agent, Ari Approver, an auditor."""
     approver.first_name, approver.last_name = "Ari", "Approver"
     approver.save()
-    return {"lead": lead, "backup": backup, "agent": agent, "approver": approver, "auditor": auditor}
+    return {
+        "lead": lead,
+        "backup": backup,
+        "agent": agent,
+        "approver": approver,
+        "auditor": auditor,
+    }
 
 
 @pytest.fixture
@@ -184,7 +192,9 @@ def held_case(approved_case, live_orders, staff):
 
     def make(**overrides):
         case = approved_case(**overrides)
-        live_orders.set_fault("drop_after_commit", path_prefix=f"/orders/{case.order_id}/operations")
+        live_orders.set_fault(
+            "drop_after_commit", path_prefix=f"/orders/{case.order_id}/operations"
+        )
         assert apply_case(case_id=case.pk) == "effect_unknown"
         live_orders.clear_faults()
         case.refresh_from_db()

@@ -20,7 +20,9 @@ from tests.browser.conftest import (
 pytestmark = [pytest.mark.browser, pytest.mark.order_system]
 
 
-def test_lead_reconciles_a_held_case_and_the_page_shows_it_proven_applied(page, held_case, live_orders):
+def test_lead_reconciles_a_held_case_and_the_page_shows_it_proven_applied(
+    page, held_case, live_orders
+):
     case = held_case()
     login(page, "lead")
     open_case(page, case)
@@ -106,7 +108,9 @@ def test_agent_records_an_evidence_reference_through_the_form(page, reviewable_c
     form.get_by_label("Source system").select_option(label="Phone call")
     form.get_by_label("External reference").fill("CALL-2026-0412")
     form.get_by_label("Kind").fill("customer_request")
-    form.get_by_label("Permitted basis").select_option(label="Performance of the customer's contract")
+    form.get_by_label("Permitted basis").select_option(
+        label="Performance of the customer's contract"
+    )
     form.get_by_label("Summary").fill("The customer confirmed the new date by phone")
     shot(page, "evidence-form")
     press(page, "Record evidence")

@@ -12,7 +12,9 @@ pytestmark = [pytest.mark.browser, pytest.mark.order_system]
 
 
 @pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["1280x800", "390x844"])
-def test_work_pages_fit_the_window(open_page, viewport, held_case, reviewable_case, make_case, staff):
+def test_work_pages_fit_the_window(
+    open_page, viewport, held_case, reviewable_case, make_case, staff
+):
     held = held_case()
     attention = make_case()
     case_transition(

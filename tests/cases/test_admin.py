@@ -206,7 +206,8 @@ def test_case_page_shows_backup_while_owner_away(as_lead, case, owner_away):
 def test_case_page_shows_the_event_timeline(as_lead, case):
     response = as_lead.get(_change_url(case))
 
-    assert "Timeline (append-only audit trail)" in response.content.decode()
+    assert "Audit trail (append-only" in response.content.decode()
+    assert "What happened" in response.content.decode()
     assert "cases.case.created" in response.content.decode()
 
 

@@ -357,7 +357,10 @@ def _action_codes_written() -> dict[str, list[str]]:
                     found = _strings(action)
                     for ref in ast.walk(action):
                         if isinstance(ref, ast.Name):
-                            found |= _assigned_codes(func, ref.id)
+                            # A local variable, else a module-level constant.
+                            found |= _assigned_codes(func, ref.id) or _assigned_codes(
+                                tree, ref.id, top_level=True
+                            )
                     where = f"{path.relative_to(ROOT)}:{call.lineno}"
                     if not found:
                         unresolved.append(where)
@@ -377,9 +380,9 @@ def _strings(node) -> set[str]:
     }
 
 
-def _assigned_codes(func, name: str) -> set[str]:
+def _assigned_codes(func, name: str, *, top_level: bool = False) -> set[str]:
     found: set[str] = set()
-    for node in ast.walk(func):
+    for node in func.body if top_level else ast.walk(func):
         if isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id == name for t in node.targets
         ):

@@ -43,8 +43,9 @@ TIMEOUTS = {"connect": 1.0, "read": 1.0, "write": 1.0, "pool": 1.0}
 # the fencing token (1 query on PostgreSQL, a counter row and 2 savepoints on SQLite), the
 # attempt and the event. Recording an applied result: the case and operation locks, the
 # operation, the evidence, the attempt, the case and the event.
-CLAIM_QUERIES = {"postgresql": 16, "sqlite": 20}  # +1: the restore guard reads the marker
-RECORD_APPLIED_QUERIES = {"postgresql": 9, "sqlite": 9}
+# +1: the restore guard reads the marker; +1 per event: the audit chain reads its head.
+CLAIM_QUERIES = {"postgresql": 17, "sqlite": 21}
+RECORD_APPLIED_QUERIES = {"postgresql": 10, "sqlite": 10}
 
 
 def _backend_pid() -> int:

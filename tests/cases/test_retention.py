@@ -378,7 +378,7 @@ def test_command_rejects_a_malformed_date(db):
     [
         "UPDATE cases_caseevent SET reason = 'rewritten history'",
         "DELETE FROM cases_caseevent",
-        "TRUNCATE cases_caseevent",
+        "TRUNCATE cases_caseevent CASCADE",  # approvals_proposalauthor references it
     ],
 )
 def test_event_table_refuses_raw_update_delete_and_truncate(closed_case, statement):

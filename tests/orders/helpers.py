@@ -90,19 +90,27 @@ def snapshot() -> dict:
 
 
 class Api:
-    """The order system's HTTP surface through Django's test client, JSON in and out."""
+    """The order system's HTTP surface through Django's test client, JSON in and out, with
+    the credential (``token=""`` sends none)."""
 
-    def __init__(self, client) -> None:
+    def __init__(self, client, token: str | None = None) -> None:
         self.client = client
+        self.token = token
+
+    def _auth(self) -> dict[str, str]:
+        token = django_settings.ORDERS_API_TOKEN if self.token is None else self.token
+        return {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
 
     def post(self, path: str, body: object = None):
-        return self.client.post(path, data=body or {}, content_type="application/json")
+        return self.client.post(
+            path, data=body or {}, content_type="application/json", **self._auth()
+        )
 
     def get(self, path: str, **params):
-        return self.client.get(path, params)
+        return self.client.get(path, params, **self._auth())
 
     def delete(self, path: str):
-        return self.client.delete(path)
+        return self.client.delete(path, **self._auth())
 
     def apply(self, body: dict, order_id: str = ORDER_ID):
         return self.post(f"/orders/{order_id}/operations", body)

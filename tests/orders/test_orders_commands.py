@@ -32,7 +32,12 @@ def test_seed_demo_creates_the_d41_order_once():
 @pytest.mark.django_db
 def test_deliver_events_command_runs_one_pass(client, settings):
     seed_rows()
-    client.post("/orders/ORD-1/operations", operation_body(), content_type="application/json")
+    client.post(
+        "/orders/ORD-1/operations",
+        operation_body(),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {settings.ORDERS_API_TOKEN}",
+    )
     with Receiver(fail_first=0) as receiver:
         settings.ORDERS_WEBHOOK_URL = receiver.url
         out = io.StringIO()

@@ -13,8 +13,8 @@ pytestmark = pytest.mark.usefixtures("seeded")
 
 
 def test_an_empty_grant_key_refuses_every_grant_instead_of_accepting_forgeries(api, settings):
-    """ORDERS_DEBUG defaults to on, and in debug ``_secret`` accepts APPROVAL_GRANT_KEY="".
-    HMAC under an empty key is computable by anyone, so the receiver must fail closed."""
+    """Settings refuse an empty APPROVAL_GRANT_KEY, and the receiver fails closed too: HMAC
+    under an empty key is computable by anyone."""
     settings.APPROVAL_GRANT_KEY = ""
     forged = make_grant(operation_key="DATE-1-1", key="")
     before = snapshot()

@@ -49,7 +49,12 @@ def test_a_response_dropped_after_commit_leaves_the_change_applied(order_system)
     request = body()
 
     with pytest.raises(httpx.RemoteProtocolError):
-        httpx.post(f"{order_system.base_url}/orders/{ORDER}/operations", json=request, timeout=5)
+        httpx.post(
+            f"{order_system.base_url}/orders/{ORDER}/operations",
+            json=request,
+            headers=order_system.auth_headers,
+            timeout=5,
+        )
 
     state = order_system.state(ORDER)
     assert state["order"]["version"] == 2
@@ -75,6 +80,7 @@ def test_a_delay_after_commit_times_the_caller_out_with_the_change_applied(order
         httpx.post(
             f"{order_system.base_url}/orders/{ORDER}/operations",
             json=body(),
+            headers=order_system.auth_headers,
             timeout=httpx.Timeout(0.3, connect=2.0),
         )
 

@@ -29,6 +29,7 @@ def team_event(case):
         order_id=case.order_id,
         order_version=3,
         occurred_at=timezone.now(),
+        account_reference=case.account.reference,  # as processing read it from the order system
         body={"event_id": "evt-review-1", "order_id": case.order_id, "delivery_date": "2030-01-02"},
     )
 

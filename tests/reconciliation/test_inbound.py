@@ -43,6 +43,14 @@ def _holdfast_settings(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _order_account(request, monkeypatch):
+    """Processing reads the order's account from the order system (team walls): here a mock
+    that says ACC-100 owns every order; tests with the real order system read it there."""
+    if request.node.get_closest_marker("order_system") is None:
+        monkeypatch.setattr(inbound, "order_system_client", lambda: mock_source(version=1))
+
+
 @pytest.fixture
 def enqueued(monkeypatch) -> list[tuple]:
     """Work handed to django-q2, recorded instead of queued."""
@@ -475,7 +483,9 @@ def test_lead_processes_a_failed_event_again_from_the_admin_and_an_agent_sees_no
 
 @pytest.mark.order_system
 @pytest.mark.django_db(transaction=True)
-def test_real_order_system_delivers_a_signed_event_that_is_stored_and_processed(make_case):
+def test_real_order_system_delivers_a_signed_event_that_is_stored_and_processed(
+    make_case, settings
+):
     from reconciliation.grants import grant_issue
     from tests.support.holdfast_server import serve_holdfast
     from tests.support.order_system import OrderSystemProcess
@@ -487,6 +497,7 @@ def test_real_order_system_delivers_a_signed_event_that_is_stored_and_processed(
             webhook_url=f"{holdfast_url}{URL}", extra_env={"ORDERS_DELIVERY_POLL_SECONDS": "0.1"}
         ) as orders,
     ):
+        settings.ORDER_SYSTEM_URL = orders.base_url  # processing reads the order's account
         orders.seed(
             accounts=[{"account_id": "ACC-100", "name": "Northwind", "access_active": True}],
             orders=[
@@ -520,10 +531,12 @@ def test_real_order_system_delivers_a_signed_event_that_is_stored_and_processed(
         while not InboundEvent.objects.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
 
-    event = InboundEvent.objects.get()
-    assert (event.order_id, event.order_version) == (ORDER, result.order_version)
-    assert event.processing == "pending"
-    assert process_event(event.pk) == "processed"
+        event = InboundEvent.objects.get()
+        assert (event.order_id, event.order_version) == (ORDER, result.order_version)
+        assert event.processing == "pending"
+        # Processing reads the order's account from the order system, so it runs while it is up.
+        assert process_event(event.pk) == "processed"
+    assert InboundEvent.objects.get().account_reference == "ACC-100"
     evidence = event_evidence(case).get()
     assert evidence.order_version == result.order_version
     assert evidence.external_reference == f"event:{event.event_id}"

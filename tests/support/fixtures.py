@@ -19,6 +19,8 @@ def isolated_state_dir(settings, tmp_path):
     sandbox orders the probe tests use are reserved."""
     settings.HOLDFAST_STATE_DIR = str(tmp_path / "state")
     settings.ORDER_SYSTEM_SANDBOX_ORDERS = ["ORD-PROBE", "ORD-SANDBOX"]
+    # The suite's fixed dates reach 2031; tests of the horizon itself set it (test_input_bounds).
+    settings.DELIVERY_DATE_HORIZON_DAYS = 3650
 
 
 @pytest.fixture

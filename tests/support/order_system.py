@@ -11,6 +11,10 @@ fixtures:
 Database: if ``TEST_DATABASE_URL`` or ``DATABASE_URL`` is a PostgreSQL URL, a fresh database
 ``holdfast_orders_test_<pid>_<n>`` is created on that server and dropped on ``stop()``;
 otherwise a temporary SQLite file. Fault injection and the ``/_testing/`` endpoints are on.
+
+Credential: the process checks ``ORDERS_API_TOKEN`` = ``DEFAULT_API_TOKEN``, which is what
+Holdfast's test settings send (``ORDER_SYSTEM_TOKEN`` from the environment, else its development
+default); ``client`` and every helper here send it, raw calls add ``auth_headers``.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import httpx
 import pytest
 
 __all__ = [
+    "DEFAULT_API_TOKEN",
     "DEFAULT_GRANT_KEY",
     "DEFAULT_WEBHOOK_SECRET",
     "OrderSystemProcess",
@@ -41,6 +46,8 @@ __all__ = [
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_GRANT_KEY = "test-approval-grant-key"
 DEFAULT_WEBHOOK_SECRET = "test-webhook-secret"  # noqa: S105 - a test-only value
+# The same value Holdfast's settings give ORDER_SYSTEM_TOKEN under test (config/settings.py).
+DEFAULT_API_TOKEN = os.environ.get("ORDER_SYSTEM_TOKEN") or "dev-order-system-token"
 _READY = re.compile(r"Order system: (http://[^\s/]+)/")
 _counter = itertools.count(1)
 
@@ -62,9 +69,11 @@ class OrderSystemProcess:
         grant_key: str = DEFAULT_GRANT_KEY,
         webhook_secret: str = DEFAULT_WEBHOOK_SECRET,
         webhook_url: str = "",
+        api_token: str = DEFAULT_API_TOKEN,
         extra_env: dict[str, str] | None = None,
         startup_timeout: float = 30.0,
     ) -> None:
+        self.api_token = api_token
         self.grant_key = grant_key
         self.webhook_secret = webhook_secret
         self.webhook_url = webhook_url
@@ -95,6 +104,7 @@ class OrderSystemProcess:
             "ORDERS_FAULTS_ENABLED": "1",
             "APPROVAL_GRANT_KEY": self.grant_key,
             "ORDER_WEBHOOK_SECRET": self.webhook_secret,
+            "ORDERS_API_TOKEN": self.api_token,
             "ORDERS_WEBHOOK_URL": self.webhook_url,
             "PYTHONUNBUFFERED": "1",
             **self.extra_env,
@@ -109,7 +119,9 @@ class OrderSystemProcess:
             )
         self.base_url = self._wait_ready(log_path)
         self._client = httpx.Client(
-            base_url=self.base_url, timeout=httpx.Timeout(10.0, connect=2.0)
+            base_url=self.base_url,
+            timeout=httpx.Timeout(10.0, connect=2.0),
+            headers=self.auth_headers,
         )
         return self
 
@@ -183,8 +195,14 @@ class OrderSystemProcess:
     # --- HTTP helpers -----------------------------------------------------------------
 
     @property
+    def auth_headers(self) -> dict[str, str]:
+        """The credential the order system requires on every call but ``/healthz``."""
+        return {"Authorization": f"Bearer {self.api_token}"}
+
+    @property
     def client(self) -> httpx.Client:
-        """An httpx client bound to the order system (10 s read timeout, 2 s connect)."""
+        """An httpx client bound to the order system (10 s read timeout, 2 s connect), sending
+        the credential."""
         if self._client is None:
             raise RuntimeError("The order system is not running.")
         return self._client

@@ -1,12 +1,17 @@
-"""Load the D-41 demo: a team, one user per role, an account and case D-41. Idempotent."""
+"""Load the D-41 demo: a team, one user per role, an account and case D-41. Idempotent.
+
+Development only: it prints a shared password and an API token, so it refuses to run under
+production settings (``DJANGO_ENV=production``).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
@@ -40,6 +45,11 @@ class Command(BaseCommand):
     help = "Create the demo team, users (one per role), account ACC-100 and case D-41."
 
     def handle(self, *args, **options):
+        if settings.PRODUCTION:
+            raise CommandError(
+                "load_demo is demo tooling (a shared password, a printed API token): it refuses "
+                "to run when DJANGO_ENV=production."
+            )
         User = get_user_model()
         with transaction.atomic():
             ensure_roles()

@@ -1,0 +1,206 @@
+"""The hash chain over the audit log: each case's events form one chain.
+
+Every ``CaseEvent`` stores ``prev_hash`` (the ``hash`` of the case's previous event, ``""`` for
+its first) and ``hash``: SHA-256 over a canonical JSON of its own immutable fields and
+``prev_hash``. Rewriting, deleting or inserting an event in the middle of a chain breaks the
+link at that event; ``verify_chains`` (``manage.py audit_verify``) finds the first broken link.
+
+The chain is extended by ``cases.services.record_event`` only, and correctness relies on every
+writer holding the case's row lock (``lock_case``, or the claim's conditional UPDATE) while it
+appends: the lock serializes the read of the previous hash and the insert, so two events of
+one case never share a predecessor. The event id is not hashed (it is assigned by the insert,
+and an event is never updated afterwards); the chain order is the id order.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+# The fields a hash covers, in the order ``event_hash`` takes them. ``case_id`` and
+# ``actor_id`` are primary keys: a purge or a rename of the case or the user changes nothing.
+HASHED_FIELDS = (
+    "case_id",
+    "action",
+    "from_status",
+    "to_status",
+    "reason",
+    "actor_id",
+    "actor_label",
+    "version",
+    "detail",
+    "created_at",
+)
+
+
+def _normalize(value: Any) -> Any:
+    """``value`` as the JSON column gives it back on every backend: PostgreSQL's jsonb keeps
+    numbers as decimals, so an integral float such as ``1e20`` reads back as an integer."""
+    if isinstance(value, float):
+        exact = Decimal(repr(value))
+        return int(exact) if value.is_integer() else value
+    if isinstance(value, dict):
+        return {key: _normalize(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_normalize(item) for item in value]
+    return value
+
+
+def _timestamp(value: dt.datetime) -> str:
+    return value.astimezone(dt.UTC).isoformat(timespec="microseconds")
+
+
+def canonical(
+    *,
+    case_id: int,
+    action: str,
+    from_status: str,
+    to_status: str,
+    reason: str,
+    actor_id: int | None,
+    actor_label: str,
+    version: int,
+    detail: Any,
+    created_at: dt.datetime,
+    prev_hash: str,
+) -> bytes:
+    """The bytes an event's hash is computed over (sorted keys, no whitespace, UTF-8)."""
+    # A round trip through JSON first: tuples become lists and non-string keys strings,
+    # exactly as the stored detail reads back.
+    stored_detail = _normalize(json.loads(json.dumps(detail)))
+    document = {
+        "action": action,
+        "actor_id": actor_id,
+        "actor_label": actor_label,
+        "case_id": case_id,
+        "created_at": _timestamp(created_at),
+        "detail": stored_detail,
+        "from_status": from_status,
+        "prev_hash": prev_hash,
+        "reason": reason,
+        "to_status": to_status,
+        "version": version,
+    }
+    return json.dumps(
+        document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode()
+
+
+def event_hash(**fields: Any) -> str:
+    """SHA-256 (hex) of ``canonical(**fields)``."""
+    return hashlib.sha256(canonical(**fields)).hexdigest()
+
+
+def stored_hash(event: Any, prev_hash: str | None = None) -> str:
+    """The hash an event (a model instance, historical or not) should carry; ``prev_hash``
+    defaults to the one it stores."""
+    fields = {name: getattr(event, name) for name in HASHED_FIELDS}
+    return event_hash(**fields, prev_hash=event.prev_hash if prev_hash is None else prev_hash)
+
+
+# --- verification ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BrokenLink:
+    """The first event of a case's chain that does not hold.
+
+    ``kind`` is ``"link"`` when the event's ``prev_hash`` is not the hash of the case's
+    previous event (an event before it was removed, rewritten or inserted), ``"hash"`` when
+    its own fields no longer give its stored hash (the event was rewritten).
+    """
+
+    case_reference: str
+    event_id: int
+    kind: str
+    expected: str
+    stored: str
+
+    def describe(self) -> str:
+        what = "prev_hash" if self.kind == "link" else "hash"
+        return (
+            f"{self.case_reference}: broken link at event {self.event_id} ({what}): "
+            f"expected {self.expected or '(none)'}, stored {self.stored or '(none)'}"
+        )
+
+
+@dataclass
+class VerifyResult:
+    cases: int = 0
+    events: int = 0
+    broken: list[BrokenLink] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.broken
+
+
+Progress = Callable[[int, int], None]
+
+_COLUMNS = ("id", "case_id", "case__reference", "prev_hash", "hash", *HASHED_FIELDS[1:])
+
+
+def _events(queryset, batch_size: int) -> Iterator[dict[str, Any]]:
+    """Every event of ``queryset`` in chain order ``(case, id)``, read in keyset-paginated
+    batches so memory stays constant however long the log is."""
+    from django.db.models import Q
+
+    last: tuple[int, int] | None = None
+    while True:
+        page = queryset
+        if last is not None:
+            # ``case_id >= …`` lets the (case, id) index start at the last case; the rest
+            # skips what that case's previous batch already read.
+            page = page.filter(case_id__gte=last[0]).filter(
+                Q(case_id__gt=last[0]) | Q(id__gt=last[1])
+            )
+        rows = list(page.order_by("case_id", "id").values(*_COLUMNS)[:batch_size])
+        yield from rows
+        if len(rows) < batch_size:
+            return
+        last = (rows[-1]["case_id"], rows[-1]["id"])
+
+
+def verify_chains(
+    *, case_reference: str | None = None, batch_size: int = 2000, progress: Progress | None = None
+) -> VerifyResult:
+    """Walk every case's chain (or one case's) and collect the first broken link of each
+    broken chain. ``progress(cases, events)`` is called after every batch."""
+    from cases.models import CaseEvent
+
+    queryset = CaseEvent.objects.all()
+    if case_reference is not None:
+        queryset = queryset.filter(case__reference=case_reference)
+    result = VerifyResult()
+    current_case: int | None = None
+    expected_prev = ""
+    broken_case = False
+    for row in _events(queryset, batch_size):
+        if row["case_id"] != current_case:
+            current_case, expected_prev, broken_case = row["case_id"], "", False
+            result.cases += 1
+        result.events += 1
+        if progress is not None and result.events % batch_size == 0:
+            progress(result.cases, result.events)
+        if broken_case:
+            continue
+        fields = {name: row[name] for name in HASHED_FIELDS}
+        link: BrokenLink | None = None
+        if row["prev_hash"] != expected_prev:
+            link = BrokenLink(
+                row["case__reference"], row["id"], "link", expected_prev, row["prev_hash"]
+            )
+        else:
+            expected = event_hash(**fields, prev_hash=row["prev_hash"])
+            if expected != row["hash"]:
+                link = BrokenLink(row["case__reference"], row["id"], "hash", expected, row["hash"])
+        if link is not None:
+            result.broken.append(link)
+            broken_case = True
+        expected_prev = row["hash"]
+    return result

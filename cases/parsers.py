@@ -1,0 +1,52 @@
+"""The API's JSON parser: DRF's, with a bound on how deeply a body may nest.
+
+Python's ``json`` recurses once per level, so a body of a hundred thousand ``[`` raises
+``RecursionError`` (a 500) inside DRF's parser. The depth is measured first, in one pass that
+skips string contents, and a body nested deeper than ``max_depth`` is a ``ParseError`` (400).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+from django.conf import settings
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import JSONParser
+
+# A JSON string (escapes included) or one bracket; everything else is irrelevant to depth.
+_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+_OPENERS = frozenset({"[", "{"})
+_CLOSERS = frozenset({"]", "}"})
+
+
+def json_depth_exceeds(text: str, max_depth: int) -> bool:
+    depth = 0
+    for match in _TOKENS.finditer(text):
+        lexeme = match.group()
+        if lexeme in _OPENERS:
+            depth += 1
+            if depth > max_depth:
+                return True
+        elif lexeme in _CLOSERS:
+            depth -= 1
+    return False
+
+
+class BoundedJSONParser(JSONParser):
+    max_depth = 32
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        parser_context = parser_context or {}
+        encoding = parser_context.get("encoding", settings.DEFAULT_CHARSET)
+        raw = stream.read() if stream is not None else b""
+        try:
+            text = raw.decode(encoding)
+        except (UnicodeDecodeError, LookupError):
+            raise ParseError(f"JSON parse error - the body is not valid {encoding}.") from None
+        if json_depth_exceeds(text, self.max_depth):
+            raise ParseError(f"JSON parse error - nested deeper than {self.max_depth} levels.")
+        try:
+            return super().parse(io.BytesIO(raw), media_type, parser_context)
+        except RecursionError:
+            raise ParseError("JSON parse error - nested too deeply.") from None

@@ -1,0 +1,183 @@
+"""Input bounds, in one place: the admin forms, the API serializers and the services use these.
+
+Each check returns a list of messages (empty when the value is acceptable), so a service can
+collect them per field and refuse with ``InvalidCaseInput`` before it writes anything; the
+``validate_*`` wrappers raise Django's ``ValidationError`` for form fields and serializer
+fields (DRF turns it into a field error).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import unicodedata
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from cases.exceptions import InvalidCaseInput
+
+# Lengths of the free-text and key fields (the keys match their model columns).
+ACCOUNT_REFERENCE_MAX_LENGTH = 40
+REQUEST_KEY_MAX_LENGTH = 100
+ORDER_ID_MAX_LENGTH = 60
+USERNAME_MAX_LENGTH = 150
+NOTE_MAX_LENGTH = 4000
+REASON_MAX_LENGTH = 2000
+SHORT_REASON_MAX_LENGTH = 300
+NAME_MAX_LENGTH = 200
+# The largest value the version columns hold on every supported database.
+MAX_ORDER_VERSION = 2_147_483_647
+
+# Control, format (zero-width, bidi), private-use, surrogate and line/paragraph separators,
+# and unassigned code points: none belongs in an identifier someone reads or compares.
+_KEY_FORBIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cs", "Cn", "Zl", "Zp"})
+# Explicit bidi embedding, override and isolate controls (all Cf): they reorder what a reader
+# sees, so free text refuses them too.
+BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f"  # Arabic letter mark, left-to-right and right-to-left marks
+    "\u202a\u202b\u202c\u202d\u202e"  # embeddings, pop, overrides
+    "\u2066\u2067\u2068\u2069"  # isolates
+)
+# Free text may hold line breaks and tabs; no other control character (PostgreSQL cannot store
+# NUL at all) and no lone surrogate.
+_TEXT_ALLOWED_CONTROLS = frozenset("\t\n\r")
+
+
+def _describe(char: str) -> str:
+    name = unicodedata.name(char, "")
+    return f"U+{ord(char):04X}" + (f" {name}" if name else "")
+
+
+def first_unprintable(value: str) -> str | None:
+    """The first character of ``value`` that has no place in a key, or None."""
+    for char in value:
+        category = unicodedata.category(char)
+        if (
+            category in _KEY_FORBIDDEN_CATEGORIES
+            or char in BIDI_CONTROLS
+            or (category == "Zs" and char != " ")
+        ):
+            return char
+    return None
+
+
+def key_errors(value: str, *, max_length: int) -> list[str]:
+    """A key (request key, order id, account reference, username): printable characters only,
+    no whitespace but the plain space, not blank, at most ``max_length`` characters."""
+    if not isinstance(value, str):
+        return ["Must be text."]
+    if not value.strip():
+        return ["Must not be blank."]
+    if len(value) > max_length:
+        return [f"At most {max_length} characters."]
+    if (char := first_unprintable(value)) is not None:
+        return [f"Only printable characters: {_describe(char)} is not allowed."]
+    return []
+
+
+def text_errors(value: str, *, max_length: int, required: bool = False) -> list[str]:
+    """Free text (a note, a reason): at most ``max_length`` characters, no control characters
+    but tab and line breaks, no bidi controls."""
+    if not isinstance(value, str):
+        return ["Must be text."]
+    if required and not value.strip():
+        return ["Required."]
+    if len(value) > max_length:
+        return [f"At most {max_length} characters (this has {len(value)})."]
+    for char in value:
+        category = unicodedata.category(char)
+        if (category == "Cc" and char not in _TEXT_ALLOWED_CONTROLS) or category == "Cs":
+            return [f"{_describe(char)} is not allowed in text."]
+        if char in BIDI_CONTROLS:
+            return [f"{_describe(char)} (a bidirectional control) is not allowed in text."]
+    return []
+
+
+def delivery_horizon(today: dt.date | None = None) -> tuple[dt.date, dt.date]:
+    """The earliest and latest delivery date accepted today (both inclusive)."""
+    today = today or timezone.localdate()
+    return today, today + dt.timedelta(days=settings.DELIVERY_DATE_HORIZON_DAYS)
+
+
+def delivery_date_errors(value: dt.date, *, today: dt.date | None = None) -> list[str]:
+    """A delivery date: not in the past and within ``DELIVERY_DATE_HORIZON_DAYS``."""
+    if not isinstance(value, dt.date) or isinstance(value, dt.datetime):
+        return ["Must be a date."]
+    earliest, latest = delivery_horizon(today)
+    if value < earliest:
+        return [f"{value.isoformat()} is in the past; the earliest is {earliest.isoformat()}."]
+    if value > latest:
+        return [
+            f"{value.isoformat()} is beyond the {settings.DELIVERY_DATE_HORIZON_DAYS}-day "
+            f"horizon; the latest is {latest.isoformat()}."
+        ]
+    return []
+
+
+def order_version_errors(value: int | None) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, bool) or not isinstance(value, int):
+        return ["Must be a whole number."]
+    if not 1 <= value <= MAX_ORDER_VERSION:
+        return [f"Between 1 and {MAX_ORDER_VERSION}."]
+    return []
+
+
+def ensure_valid(**fields: list[str]) -> None:
+    """Refuse with one ``InvalidCaseInput`` naming every field that has messages."""
+    errors = {name: messages for name, messages in fields.items() if messages}
+    if errors:
+        raise InvalidCaseInput(
+            "The request has invalid fields; nothing was written.", fields=errors
+        )
+
+
+# --- validators for form and serializer fields -----------------------------------------------
+
+
+class KeyValidator:
+    """``key_errors`` as a field validator."""
+
+    def __init__(self, max_length: int) -> None:
+        self.max_length = max_length
+
+    def __call__(self, value: str) -> None:
+        if messages := key_errors(value, max_length=self.max_length):
+            raise ValidationError(messages)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KeyValidator) and other.max_length == self.max_length
+
+    def __hash__(self) -> int:
+        return hash((KeyValidator, self.max_length))
+
+
+class TextValidator:
+    """``text_errors`` as a field validator (the field's own ``required`` decides blankness)."""
+
+    def __init__(self, max_length: int) -> None:
+        self.max_length = max_length
+
+    def __call__(self, value: str) -> None:
+        if messages := text_errors(value, max_length=self.max_length):
+            raise ValidationError(messages)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TextValidator) and other.max_length == self.max_length
+
+    def __hash__(self) -> int:
+        return hash((TextValidator, self.max_length))
+
+
+def validate_delivery_date(value: dt.date) -> None:
+    if messages := delivery_date_errors(value):
+        raise ValidationError(messages)
+
+
+def parse_id(value: str | None) -> int | None:
+    """A primary key from a query string: digits only and within a 64-bit column, else None."""
+    if value is None or not value.isascii() or not value.isdigit() or len(value) > 18:
+        return None
+    return int(value)
