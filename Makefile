@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser run test lint clean
+.PHONY: install browser run test lint clean drill
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,13 @@ browser:
 
 run: install
 	$(PY) -m config.run_stack
+
+# Failure drills against the running `make run` stack (start it first, in another terminal).
+HOLDFAST_PORT ?= 8000
+ORDER_SYSTEM_PORT ?= 8100
+drill: install
+	ORDER_SYSTEM_URL=http://127.0.0.1:$(ORDER_SYSTEM_PORT) $(PY) manage.py drill \
+		--holdfast-url http://127.0.0.1:$(HOLDFAST_PORT)/ $(DRILL_ARGS)
 
 test: install browser
 	$(PY) tests/run_suites.py $(PYTEST_ARGS)

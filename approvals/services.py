@@ -34,7 +34,10 @@ from cases.services import (
     apply_transition,
     lock_case,
     record_event,
+    record_fact,
 )
+
+EXPIRED_DURING_HOLD = "approvals.approval.expired_during_hold"
 
 
 def _content_hash(
@@ -251,7 +254,14 @@ def proposal_prepare(
             prepared_by=_user_or_none(actor),
             prepared_by_label=actor_label(actor),
         )
-        _bump_and_save(case, [])
+        fields: list[str] = []
+        if not submit:
+            # A draft waits for its author, not a worker (which would replace it).
+            case.next_check_at = None
+            case.waiting_on = WaitingOn.OWNER
+            case.waiting_reason = "A draft proposal waits for its author to submit it"
+            fields = ["next_check_at", "waiting_on", "waiting_reason"]
+        _bump_and_save(case, fields)
         authors = _authors_of_intent(case, proposal)
         prepared_event = record_event(
             case=case,
@@ -408,6 +418,10 @@ def case_change_intent(
             # intent to it is one of its authors now.
             proposal_record_authors(case=case, proposal=proposal)
         if case.status == Status.PREPARING_PROPOSAL and isinstance(actor, Worker):
+            # Due now, like every enqueued stage (a scheduling field, as the dispatcher moves
+            # it): the dispatcher re-drives the preparation if this task is lost.
+            case.next_check_at = timezone.now()
+            Case.objects.filter(pk=case.pk).update(next_check_at=case.next_check_at)
             enqueue_on_commit("approvals.tasks.prepare_proposal", case.pk)
     return case
 
@@ -578,12 +592,10 @@ def approval_expire(*, case: Case, actor: Actor = None, now: dt.datetime | None 
     return True
 
 
-def approvals_expire_due(now: dt.datetime | None = None) -> int:
-    """Periodic: return every queued case whose approval lapsed to review."""
-    now = now or timezone.now()
-    lapsed = (
+def _lapsed(status: str, now: dt.datetime) -> list[int]:
+    return list(
         Case.objects.filter(
-            status=Status.READY,
+            status=status,
             proposals__status=Proposal.Status.APPROVED,
             proposals__approvals__decision=Approval.Decision.APPROVED,
             proposals__approvals__revoked_at__isnull=True,
@@ -593,7 +605,65 @@ def approvals_expire_due(now: dt.datetime | None = None) -> int:
         .values_list("pk", flat=True)
         .distinct()
     )
-    return sum(approval_expire(case=Case(pk=pk), now=now) for pk in list(lapsed))
+
+
+def approvals_expire_due(now: dt.datetime | None = None) -> int:
+    """Periodic: return every queued case whose approval lapsed to review, and record on every
+    held case that its approval lapsed during the hold. Returns how many went back to review."""
+    now = now or timezone.now()
+    for pk in _lapsed(Status.HELD, now):
+        approval_note_expired_during_hold(case=Case(pk=pk), now=now)
+    lapsed = list(_lapsed(Status.READY, now))
+    if lapsed:
+        from cases.services import unsent_decision_check
+
+        # Restored records may show a ready case whose change the order system holds.
+        unsent_decision_check(Case.objects.get(pk=lapsed[0]))
+    return sum(approval_expire(case=Case(pk=pk), now=now) for pk in lapsed)
+
+
+def approval_note_expired_during_hold(*, case: Case, now: dt.datetime | None = None) -> bool:
+    """A held case's approval lapsed: record it once, as soon as the sweep sees it.
+
+    The hold still settles from the order system's evidence (found applied: done); but nothing
+    new is ever sent under this approval, so proven absent means back to review. Returns
+    whether the fact was recorded now."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        case = lock_case(case)
+        proposal = case.proposals.filter(status=Proposal.Status.APPROVED).first()
+        if case.status != Status.HELD or proposal is None or live_approval(case, now):
+            return False
+        if proposal.operation is not None and proposal.operation.confirmed_at is not None:
+            return False
+        lapsed = (
+            proposal.approvals.filter(
+                decision=Approval.Decision.APPROVED, revoked_at__isnull=True, expires_at__lte=now
+            )
+            .order_by("-expires_at")
+            .first()
+        )
+        if lapsed is None:
+            return False
+        noted = CaseEvent.objects.filter(
+            case=case, action=EXPIRED_DURING_HOLD, detail__approval=lapsed.reference
+        )
+        if noted.exists():
+            return False
+        record_fact(
+            case=case,
+            action=EXPIRED_DURING_HOLD,
+            actor=Worker("system:approval-expiry"),
+            reason=f"{lapsed.reference} expired during the hold: no new application under it. "
+            "The hold still settles from the order system's evidence; if nothing was applied, "
+            "the same proposal needs a fresh decision",
+            detail={
+                "approval": lapsed.reference,
+                "expired_at": lapsed.expires_at.isoformat(),
+                "operation_key": proposal.operation.key if proposal.operation else None,
+            },
+        )
+    return True
 
 
 def proposal_invalidate_for_source_change(

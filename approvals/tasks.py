@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import time
+
+from django.conf import settings
+
 from approvals import services
 from approvals.models import Proposal
 from cases.exceptions import CaseError
@@ -10,9 +16,19 @@ from cases.services import Worker
 from reconciliation.client import OrderSystemClient
 from reconciliation.exceptions import OrderSystemError
 
+logger = logging.getLogger(__name__)
+
 
 def prepare_proposal(case_id: int) -> str:
     """Prepare and submit the proposal as soon as the evidence is current."""
+    if settings.PREPARE_TEST_DELAY_SECONDS:  # test-only, refused in production
+        logger.warning(
+            "prepare_proposal(%s) in process %s: test delay %ss",
+            case_id,
+            os.getpid(),
+            settings.PREPARE_TEST_DELAY_SECONDS,
+        )
+        time.sleep(settings.PREPARE_TEST_DELAY_SECONDS)
     case = Case.objects.get(pk=case_id)
     if case.status != Status.PREPARING_PROPOSAL:
         return "skipped"

@@ -432,7 +432,10 @@ class CaseAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         # "Delete" is an authority revocation: the row stays (audit, retention) and every
-        # piece of unsettled work under it is reconciled by cases.revocation.
+        # piece of unsettled work under it is reconciled by cases.revocation. A finished or
+        # already revoked case has no authority left to revoke: no button that does nothing.
+        if obj is not None and (obj.is_terminal or obj.revoked_at is not None):
+            return False
         return request.user.has_perm("cases.lead_case")
 
     def get_actions(self, request):

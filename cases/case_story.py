@@ -305,6 +305,14 @@ ACTION_WORDS: dict[str, tuple[str, str]] = {
         "Cancellation arrived after the change was applied",
         "alert",
     ),
+    "cases.cancellation.refused": (
+        "Cancellation by {actor} refused: the case is done, the change applied",
+        "alert",
+    ),
+    "approvals.approval.expired_during_hold": (
+        "{approval} expired during the hold: no new application under it",
+        "alert",
+    ),
     "cases.claim.refused": ("Claim refused: a person must start the apply", "alert"),
     "cases.apply.authorized": ("Apply started by {actor}", ""),
     "cases.attempt.cancel_requested": ("{attempt} asked to stop", "alert"),

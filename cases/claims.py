@@ -138,6 +138,16 @@ def case_claim(
         # refuses a claim made on stale guards.
         operation, approval = _claim_guards(case, worker=worker, now=now)
     except ClaimRefused as refusal:
+        # The guards read rows one by one: a revocation (or any change) that committed
+        # meanwhile closes the approval too, and must be reported as what it is, not as the
+        # guard it happened to trip ("approval expired").
+        fresh = Case.objects.get(pk=case.pk)
+        if fresh.revoked_at is not None and refusal.extra.get("reason") != "revoked":
+            raise ClaimRefused(
+                f"Authority over {case.reference} was revoked.", reason="revoked"
+            ) from None
+        if fresh.status != Status.READY or fresh.version != version:
+            raise _lost(fresh, version) from None
         with transaction.atomic():
             _act_on_refusal(case.pk, version, refusal)
         raise
@@ -149,7 +159,8 @@ def case_claim(
             version=version + 1,
             waiting_on=WaitingOn.WORKER,
             waiting_reason="A worker is applying the change",
-            next_check_at=None,
+            # The watchdog's look: when the attempt's lease runs out without a heartbeat.
+            next_check_at=now + dt.timedelta(seconds=lease_seconds(kind)),
             updated_at=now,
         )
         if not won:

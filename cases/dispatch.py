@@ -16,8 +16,8 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from cases import scheduling
 from cases.models import Case, Status
-from cases.scheduling import enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +55,11 @@ def dispatch_due(*, now: dt.datetime | None = None, limit: int = 200, run=None) 
     tasks = TASK_FOR_STATUS
     picked: list[tuple[int, str]] = []
     with transaction.atomic():
-        due = Case.objects.filter(status__in=list(tasks), next_check_at__lte=now).order_by(
-            "next_check_at"
+        due = (
+            Case.objects.filter(status__in=list(tasks), next_check_at__lte=now)
+            # Cases on sandbox orders are drill cases: ``manage.py drill`` drives them itself.
+            .exclude(order_id__in=settings.ORDER_SYSTEM_SANDBOX_ORDERS)
+            .order_by("next_check_at")
         )
         if connection.vendor == "postgresql":
             due = due.select_for_update(skip_locked=True, of=("self",))
@@ -69,5 +72,5 @@ def dispatch_due(*, now: dt.datetime | None = None, limit: int = 200, run=None) 
             ):
                 picked.append((pk, func))
     for pk, func in picked:
-        (run or enqueue)(func, pk)
+        (run or scheduling.enqueue)(func, pk)
     return len(picked)

@@ -138,6 +138,20 @@ def _join(first: str, second: str) -> str:
     return f"{first}; {second}" if first else second
 
 
+def _approval_lapsed(case: Case) -> str:
+    """The reference of the approval that authorized the case's unconfirmed operation and has
+    expired, or '' (read through the case's relations: the kernel imports no approvals code)."""
+    proposals = case.proposals.filter(status="approved", operation__confirmed_at__isnull=True)
+    proposal = proposals.first()
+    if proposal is None:
+        return ""
+    approvals = proposal.approvals.filter(decision="approved", revoked_at__isnull=True)
+    if approvals.filter(expires_at__gt=timezone.now()).exists():
+        return ""
+    lapsed = approvals.order_by("-expires_at").first()
+    return lapsed.reference if lapsed else ""
+
+
 def _why(case: Case) -> str:
     why = case.waiting_reason or ""
     if case.outstanding_question:
@@ -150,6 +164,12 @@ def _why(case: Case) -> str:
         )
     if case.last_error and case.status in {Status.NEEDS_ATTENTION, Status.HELD}:
         why = _join(why, f"last error: {case.last_error}")
+    if case.status == Status.HELD and (lapsed := _approval_lapsed(case)):
+        why = _join(
+            why,
+            f"{lapsed} expired during the hold: no new application under it; if the evidence "
+            "shows nothing was applied, the proposal goes back for a fresh decision",
+        )
     if case.revoked_at is not None:
         why = _join(
             why,

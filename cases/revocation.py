@@ -76,12 +76,13 @@ def describe_revocation(result: Revocation) -> str:
         fence = "the order system is fenced as soon as this is saved"
     else:
         fence = "no fence was needed"
-    running = ", ".join(result.cancel_requested) or "no running attempt"
-    uncertain = "; outcome unknown, held for reconciliation" if result.uncertain else ""
-    return (
-        f"{case.reference}: authority revoked; cancellation requested for {running}"
-        f"{uncertain}; {fence}. The case stays until its work is settled."
-    )
+    parts = [f"{case.reference}: authority revoked"]
+    if result.cancel_requested:
+        parts.append(f"cancellation requested for {', '.join(result.cancel_requested)}")
+    if result.uncertain:
+        parts.append("the outcome is unknown, so it stays held for reconciliation")
+    parts.append(fence)
+    return "; ".join(parts) + ". The case stays until its work is settled."
 
 
 def _revoke_in_transaction(case: Case, actor: Actor, reason: str, kind: str) -> Revocation:

@@ -302,6 +302,9 @@ def case_transition(
 
 # --- intake -----------------------------------------------------------------------------------
 
+# The account of the failure drills' cases (``manage.py drill``): never a customer's.
+DRILL_ACCOUNT = "ACC-DRILL"
+
 
 def case_intake(
     *,
@@ -311,11 +314,16 @@ def case_intake(
     order_id: str,
     requested_date: dt.date,
     note: str = "",
+    drill: bool = False,
 ) -> tuple[Case, bool]:
     """Open a case for a customer request, or return the one this request key already opened.
 
     The same ``account`` + ``request_key`` never yields a second case, even when two intakes
     race: the unique constraint decides and the loser returns the winner's case.
+
+    ``drill=True`` (only ``manage.py drill`` passes it) opens a drill case: it must be on a
+    sandbox order and for the drill account (``DRILL_ACCOUNT``); every other intake refuses
+    sandbox orders.
     """
     team = account.team
     if (
@@ -333,7 +341,13 @@ def case_intake(
     )
     # The capability probe really changes its sandbox orders: no case may ever refer to one.
     reserved = {order.casefold() for order in settings.ORDER_SYSTEM_SANDBOX_ORDERS}
-    if order_id.strip().casefold() in reserved:
+    sandbox = order_id.strip().casefold() in reserved
+    if drill and not (sandbox and account.reference == DRILL_ACCOUNT):
+        raise InvalidCaseInput(
+            f"A drill case needs a sandbox order and account {DRILL_ACCOUNT}.",
+            fields={"order_id": ["Drill cases run on sandbox orders of the drill account."]},
+        )
+    if not drill and sandbox:
         raise InvalidCaseInput(
             f"Order {order_id} is reserved for the order-system probe.",
             fields={"order_id": ["This order is reserved for the order-system probe."]},
@@ -606,6 +620,22 @@ def _full_name(user) -> str:
 # --- cancellation ------------------------------------------------------------------------------
 
 
+# Checks that run, outside any transaction, before a decision treats a ready case's change as
+# never sent (a cancellation, an approval's expiry). Restored records may lack an apply the
+# order system holds; apps above the kernel register the check that can tell (reconciliation:
+# restore detection from the order system), so the kernel imports none of them.
+UNSENT_DECISION_CHECKS: list = []
+
+
+def unsent_decision_check(case: Case) -> None:
+    """Run the registered checks for a ready case (one whose change could have been sent after
+    a backup was taken); they may hold it for recovery before the decision is made."""
+    if case.status != Status.READY:
+        return
+    for check in UNSENT_DECISION_CHECKS:
+        check(case)
+
+
 def case_cancel_request(
     *, case: Case, actor: Actor, reason: str, via: str, expected_version: int | None = None
 ) -> Case:
@@ -614,90 +644,127 @@ def case_cancel_request(
     Before anything can have been sent, the case is cancelled at once (a claim racing this is
     serialised by the row lock and the status check: exactly one wins). Once a worker may have
     sent the change, the request is saved and the case is held for reconciliation: a
-    cancellation never hides a change that may already be applied.
+    cancellation never hides a change that may already be applied. A cancellation of a done
+    case is recorded as refused and answered with ``TransitionRejected`` (409).
     """
-    from cases.models import CancellationRequest
-
     if not reason.strip():
         raise InvalidCaseInput("Give a reason.", fields={"reason": ["A reason is required."]})
     validation.ensure_valid(
         reason=validation.text_errors(reason, max_length=validation.REASON_MAX_LENGTH)
     )
+    unsent_decision_check(Case.objects.get(pk=case.pk))
     with transaction.atomic():
-        case = lock_case(case)
-        _require(actor, "cases.work_case", case, "cancel the case")
-        _check_version(case, expected_version)
-        if case.status in {Status.CANCELLED, Status.STOPPED}:
-            return case
-        if case.status == Status.DONE:
-            raise TransitionRejected(
-                f"{case.reference} is done: the change is applied. Reversing it is a new "
-                "proposal that needs its own approval.",
-                allowed=[],
-            )
-        request = CancellationRequest.objects.create(
-            case=case,
-            reason=reason.strip(),
-            via=via,
-            requested_by=_user_or_none(actor),
-            requested_by_label=actor_label(actor),
-        )
-        if not case.nothing_applied():
-            # The change is already confirmed; only the steps after it (notify, close) remain.
-            note = (
-                "Cancellation arrived after the change: the change is applied. Reversing it is "
-                "a new proposal that needs its own approval."
-            )
-            request.outcome = CancellationRequest.Outcome.ARRIVED_AFTER_CHANGE
-            request.settled_at = timezone.now()
-            request.save(update_fields=["outcome", "settled_at"])
-            case.outstanding_question = note
-            _bump_and_save(case, ["outstanding_question"])
-            record_event(
-                case=case,
-                action="cases.cancellation.after_change",
-                actor=actor,
-                reason=f"{reason.strip()} — {note}",
-                detail={"cancellation_id": request.pk, "via": via},
-            )
-            return case
-        if can_proceed(case.cancel):
-            apply_transition(
-                case,
-                "cancel",
-                actor=actor,
-                reason=reason.strip(),
-                detail={"cancellation_id": request.pk, "via": via},
-            )
-            request.outcome = CancellationRequest.Outcome.CANCELLED
-            request.settled_at = timezone.now()
-            request.save(update_fields=["outcome", "settled_at"])
-            return case
-        # Applying or held: the change may already be at the order system. The request is
-        # saved; a running attempt is asked to stop; the evidence decides the outcome.
-        from cases.models import Attempt
+        case, refused = _cancel_under_lock(case, actor, reason, via, expected_version)
+    if refused is not None:
+        raise refused  # after the commit: the refused request stays on record
+    return case
 
-        _bump_and_save(case, [])
+
+def _cancel_under_lock(
+    case: Case, actor: Actor, reason: str, via: str, expected_version: int | None
+) -> tuple[Case, TransitionRejected | None]:
+    """``case_cancel_request`` inside its transaction: the case, and the refusal to raise once
+    the transaction has committed (a refused request is recorded, not rolled back)."""
+    from cases.models import CancellationRequest
+
+    case = lock_case(case)
+    _require(actor, "cases.work_case", case, "cancel the case")
+    _check_version(case, expected_version)
+    if case.status in {Status.CANCELLED, Status.STOPPED}:
+        return case, None
+    if case.status == Status.DONE:
+        return case, _cancellation_refused(case, actor, reason, via)
+    request = CancellationRequest.objects.create(
+        case=case,
+        reason=reason.strip(),
+        via=via,
+        requested_by=_user_or_none(actor),
+        requested_by_label=actor_label(actor),
+    )
+    if not case.nothing_applied():
+        # The change is already confirmed; only the steps after it (notify, close) remain.
+        note = (
+            "Cancellation arrived after the change: the change is applied. Reversing it is "
+            "a new proposal that needs its own approval."
+        )
+        request.outcome = CancellationRequest.Outcome.ARRIVED_AFTER_CHANGE
+        request.settled_at = timezone.now()
+        request.save(update_fields=["outcome", "settled_at"])
+        case.outstanding_question = note
+        _bump_and_save(case, ["outstanding_question"])
         record_event(
             case=case,
-            action="cases.cancellation.requested",
+            action="cases.cancellation.after_change",
+            actor=actor,
+            reason=f"{reason.strip()} — {note}",
+            detail={"cancellation_id": request.pk, "via": via},
+        )
+        return case, None
+    if can_proceed(case.cancel):
+        apply_transition(
+            case,
+            "cancel",
             actor=actor,
             reason=reason.strip(),
-            detail={"cancellation_id": request.pk, "via": via, "status": case.status},
+            detail={"cancellation_id": request.pk, "via": via},
         )
-        for attempt in case.attempts.filter(state=Attempt.State.RUNNING):
-            Attempt.objects.filter(pk=attempt.pk, state=Attempt.State.RUNNING).update(
-                state=Attempt.State.CANCEL_REQUESTED, cancel_requested_at=timezone.now()
-            )
-            record_fact(
-                case=case,
-                action="cases.attempt.cancel_requested",
-                actor=actor,
-                reason=f"Cancellation requested for {attempt.reference}: it stops at its next "
-                "heartbeat; if it already sent the change, the evidence decides",
-                detail={"attempt": attempt.reference, "cancellation_id": request.pk},
-            )
-    return case
+        request.outcome = CancellationRequest.Outcome.CANCELLED
+        request.settled_at = timezone.now()
+        request.save(update_fields=["outcome", "settled_at"])
+        return case, None
+    # Applying or held: the change may already be at the order system. The request is
+    # saved; a running attempt is asked to stop; the evidence decides the outcome.
+    from cases.models import Attempt
+
+    _bump_and_save(case, [])
+    record_event(
+        case=case,
+        action="cases.cancellation.requested",
+        actor=actor,
+        reason=reason.strip(),
+        detail={"cancellation_id": request.pk, "via": via, "status": case.status},
+    )
+    for attempt in case.attempts.filter(state=Attempt.State.RUNNING):
+        Attempt.objects.filter(pk=attempt.pk, state=Attempt.State.RUNNING).update(
+            state=Attempt.State.CANCEL_REQUESTED, cancel_requested_at=timezone.now()
+        )
+        record_fact(
+            case=case,
+            action="cases.attempt.cancel_requested",
+            actor=actor,
+            reason=f"Cancellation requested for {attempt.reference}: it stops at its next "
+            "heartbeat; if it already sent the change, the evidence decides",
+            detail={"attempt": attempt.reference, "cancellation_id": request.pk},
+        )
+    return case, None
+
+
+def _cancellation_refused(case: Case, actor: Actor, reason: str, via: str) -> TransitionRejected:
+    """A cancellation of a done case: the request is kept, refused, with an event; the answer
+    says why in plain words."""
+    from cases.models import CancellationRequest
+
+    text = (
+        f"{case.reference} is done: the change is applied at the order system, so there is "
+        "nothing left to cancel. Reversing it is a new proposal that needs its own approval."
+    )
+    request = CancellationRequest.objects.create(
+        case=case,
+        reason=reason.strip(),
+        via=via,
+        requested_by=_user_or_none(actor),
+        requested_by_label=actor_label(actor),
+        outcome=CancellationRequest.Outcome.REFUSED,
+        settled_at=timezone.now(),
+    )
+    record_fact(
+        case=case,
+        action="cases.cancellation.refused",
+        actor=actor,
+        reason=f"{reason.strip()} — refused: {text}",
+        detail={"cancellation_id": request.pk, "via": via, "status": case.status},
+    )
+    return TransitionRejected(text, allowed=[])
 
 
 def case_set_legal_hold(

@@ -250,7 +250,8 @@ DELIVERY_DATE_HORIZON_DAYS = env_int("DELIVERY_DATE_HORIZON_DAYS", 365, minimum=
 REDIS_URL = env_str("REDIS_URL", "")
 Q_CLUSTER = {
     "name": "holdfast",
-    "workers": env_int("Q_WORKERS", 2, minimum=1),
+    # One more than Q_WORKERS: the sweeper task (reconciliation.sweep) keeps one busy.
+    "workers": env_int("Q_WORKERS", 2, minimum=1) + 1,
     "timeout": env_int("Q_TIMEOUT", 60, minimum=1),
     "retry": env_int("Q_RETRY", 120, minimum=2),
     "max_attempts": 1,
@@ -331,7 +332,26 @@ LEASES = {
     "prepare": _lease("prepare", 60.0, 20.0),
     "apply": _lease("apply", 60.0, 15.0),
     "reconcile": _lease("reconcile", 120.0, 30.0),
+    # Processing one inbound order event: past it, the sweep takes a stranded event again.
+    "inbound": _lease("inbound", 60.0, 20.0),
 }
+# How often the sweep (lease watchdog, approval expiry, inbound re-drive, dispatcher) runs:
+# derived from the shortest lease, so a case whose worker died stays applying at most about
+# this long past its lease. django-q2 schedules tick only every ~30 s, so the cluster runs the
+# sweep as a long-lived task (reconciliation.sweep), and run_worker in its own loop.
+SHORTEST_LEASE_SECONDS = min(lease["lease_seconds"] for lease in LEASES.values())
+SWEEP_INTERVAL_SECONDS = env_float(
+    "SWEEP_INTERVAL_SECONDS",
+    max(1.0, min(5.0, SHORTEST_LEASE_SECONDS / 2)),
+    minimum=0.1,
+)
+if SWEEP_INTERVAL_SECONDS > SHORTEST_LEASE_SECONDS:
+    raise ImproperlyConfigured("SWEEP_INTERVAL_SECONDS must not exceed the shortest lease.")
+# Test-only: prepare_proposal sleeps this long first, so a drill can kill its worker mid-task.
+# Off (0) by default and refused in production.
+PREPARE_TEST_DELAY_SECONDS = env_float("PREPARE_TEST_DELAY_SECONDS", 0.0, minimum=0.0)
+if PRODUCTION and PREPARE_TEST_DELAY_SECONDS:
+    raise ImproperlyConfigured("PREPARE_TEST_DELAY_SECONDS is for tests only.")
 ATTEMPT_LIMIT = env_int("ATTEMPT_LIMIT", 5, minimum=1)
 # After a hold, how soon reconciliation looks first.
 HOLD_FIRST_CHECK_SECONDS = env_float("HOLD_FIRST_CHECK_SECONDS", 30.0, minimum=0.0)

@@ -1,23 +1,27 @@
-"""The credential check in front of every view, and injected faults around the views (see
-``orders.faults``)."""
+"""The request log, the credential check in front of every view, and injected faults around
+the views (see ``orders.faults``)."""
 
 from __future__ import annotations
 
 import contextlib
 import hmac
+import json
 import logging
+import re
 import socket
 import time
 
 from django.conf import settings
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.request import RawPostDataException
 
 from orders.faults import fault_take, faults_enabled, is_faultable
 from orders.models import FaultRule
 
 logger = logging.getLogger(__name__)
 Kind = FaultRule.Kind
+DROPPED_KEY = "orders.dropped"
 
 
 class _RollBack(Exception):
@@ -51,6 +55,62 @@ def bearer_token_ok(request: HttpRequest) -> bool:
     if scheme.lower() != "bearer" or not token or not expected:
         return False
     return hmac.compare_digest(token.strip().encode(), expected.encode())
+
+
+request_log = logging.getLogger("orders.requests")
+# Body fields that identify an operation and its attempt; never the grant or the credential.
+_LOGGED_FIELDS = ("operation_key", "fencing_token")
+_LOGGED_BODY_MAX = 64 * 1024
+_PLAIN = re.compile(r"[A-Za-z0-9._:-]+")
+
+
+def _logged_fields(request: HttpRequest) -> str:
+    if request.method != "POST" or request.content_type != "application/json":
+        return ""
+    try:
+        if int(request.META.get("CONTENT_LENGTH") or 0) > _LOGGED_BODY_MAX:
+            return ""
+        body = json.loads(request.body)
+    except (ValueError, RecursionError, RawPostDataException):
+        return ""
+    if not isinstance(body, dict):
+        return ""
+    parts = []
+    for name in _LOGGED_FIELDS:
+        value = body.get(name)
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            continue
+        # A key is printed as sent only when it has a key's characters (no log injection).
+        text = str(value)[:200]
+        parts.append(f"{name}={text if _PLAIN.fullmatch(text) else repr(text)}")
+    return " ".join(parts)
+
+
+class RequestLogMiddleware:
+    """One line per request on ``orders.requests`` (INFO): method, path, status, milliseconds,
+    and the operation key and fencing token a write carries -- so what reached this system can
+    be read afterwards. The approval grant and the Authorization header are never logged. A
+    response dropped on purpose (``drop_after_commit``) is marked ``dropped``."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        started = time.monotonic()
+        fields = _logged_fields(request)
+        response = self.get_response(request)
+        elapsed_ms = (time.monotonic() - started) * 1000
+        dropped = " dropped" if request.META.get(DROPPED_KEY) else ""
+        request_log.info(
+            "%s %s %s %.1fms%s%s",
+            request.method,
+            request.path_info,
+            response.status_code,
+            elapsed_ms,
+            f" {fields}" if fields else "",
+            dropped,
+        )
+        return response
 
 
 class ApiTokenMiddleware:
@@ -105,6 +165,7 @@ class FaultInjectionMiddleware:
     def _drop(request: HttpRequest) -> None:
         """Close the client's TCP connection; the server swallows the failed write."""
         sock = request.META.get("orders.socket")
+        request.META[DROPPED_KEY] = sock is not None
         if sock is None:
             logger.warning("drop_after_commit needs the bundled server (orders.server).")
             return

@@ -75,6 +75,27 @@ ORDERS_SEARCH_LAG_SECONDS = env_float("ORDERS_SEARCH_LAG_SECONDS", 0.0, minimum=
 # honour them, so that Holdfast's probe can be shown to catch a system that lies.
 ORDERS_DISABLE_FENCING = env_bool("ORDERS_DISABLE_FENCING", False)
 ORDERS_DISABLE_IDEMPOTENCY = env_bool("ORDERS_DISABLE_IDEMPOTENCY", False)
+# Unsafe receiver modes, for tests that prove Holdfast's own guards: with one of these on, the
+# receiver skips that check (approval: the grant's expiry -- its signature and exact change are
+# still checked; access: the account's current permission; version: the expected order version)
+# and still claims it in /capabilities. Off by default; refused in production.
+ORDERS_UNSAFE_SKIP_APPROVAL_CHECK = env_bool("ORDERS_UNSAFE_SKIP_APPROVAL_CHECK", False)
+ORDERS_UNSAFE_SKIP_ACCESS_CHECK = env_bool("ORDERS_UNSAFE_SKIP_ACCESS_CHECK", False)
+ORDERS_UNSAFE_SKIP_VERSION_CHECK = env_bool("ORDERS_UNSAFE_SKIP_VERSION_CHECK", False)
+_UNSAFE_SKIPS = [
+    name
+    for name in (
+        "ORDERS_UNSAFE_SKIP_APPROVAL_CHECK",
+        "ORDERS_UNSAFE_SKIP_ACCESS_CHECK",
+        "ORDERS_UNSAFE_SKIP_VERSION_CHECK",
+    )
+    if globals()[name]
+]
+if PRODUCTION and _UNSAFE_SKIPS:
+    raise ImproperlyConfigured(
+        f"{', '.join(_UNSAFE_SKIPS)} must be off when DJANGO_ENV=production: a receiver that "
+        "skips its checks is for tests of Holdfast's own guards only."
+    )
 
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", *env_list("ORDERS_ALLOWED_HOSTS", [])]
 
@@ -84,6 +105,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Outermost: every request is logged, refused ones and injected faults included.
+    "orders.middleware.RequestLogMiddleware",
     # First: a request without the credential reaches no view and consumes no fault rule.
     "orders.middleware.ApiTokenMiddleware",
     "orders.middleware.FaultInjectionMiddleware",
@@ -114,5 +137,7 @@ LOGGING = {
             "handlers": ["console"],
             "level": env_str("ORDERS_LOG_LEVEL", "WARNING").upper(),
         },
+        # One line per request (orders.middleware.RequestLogMiddleware); WARNING silences it.
+        "orders.requests": {"level": env_str("ORDERS_REQUEST_LOG_LEVEL", "INFO").upper()},
     },
 }

@@ -20,7 +20,11 @@ def _reconcile(*, case: Case, actor, expected_version: int, reason: str) -> str:
 def _supervised(case: Case) -> bool:
     from reconciliation.selectors import current_autonomy
 
-    return case.status == Status.READY and not current_autonomy().is_autonomous
+    return (
+        case.status == Status.READY
+        and case.apply_authorized_by_id is None
+        and not current_autonomy().is_autonomous
+    )
 
 
 def _authorize(*, case: Case, actor, expected_version: int, reason: str) -> str:

@@ -65,6 +65,7 @@ from cases.services import (
     record_fact,
 )
 from reconciliation.client import OperationRecord, OperationResult, OrderSystemClient
+from reconciliation.drills.hooks import drill_point
 from reconciliation.exceptions import (
     ApprovalRefused,
     Conflict,
@@ -176,8 +177,9 @@ def _apply(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
         looked = _look_before_write(attempt, client, worker, why)
         if looked is not None:
             return looked
+    drill_point("after_claim")  # a no-op unless a drill asked this worker to stop here
     if not _mark_submitting(attempt):
-        return "stale: stopped before submitting"
+        return _stopped_before_submitting(attempt, worker)
     try:
         with keep_alive(attempt):
             result = client.apply_operation(
@@ -190,6 +192,7 @@ def _apply(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
             )
     except OrderSystemError as exc:
         return _record_refusal(attempt, worker, exc)
+    drill_point("after_submit")
     return _record_applied(attempt, worker, result)
 
 
@@ -255,6 +258,17 @@ def _looked_up(record: OperationRecord) -> OperationResult:
         order_version=record.order_version,
         replayed=True,
     )
+
+
+def _stopped_before_submitting(attempt: Attempt, worker: Worker) -> str:
+    """The attempt stopped being current before its write left. Asked to stop (a cancellation
+    or a revocation recorded during the claim), it acknowledges at once: worker stopped, slot
+    released, and the case settles -- instead of staying 'applying' until its lease runs out.
+    Otherwise (lease expired, fenced) the watchdog or the new owner already decides."""
+    if Attempt.objects.filter(pk=attempt.pk, state=Attempt.State.CANCEL_REQUESTED).exists():
+        attempt_acknowledge_cancel(attempt_id=attempt.pk, worker=worker)
+        return "cancel acknowledged"
+    return "stale: stopped before submitting"
 
 
 def _mark_submitting(attempt: Attempt) -> bool:

@@ -6,4 +6,15 @@ class ReconciliationConfig(AppConfig):
     verbose_name = "Reconciliation"
 
     def ready(self) -> None:
+        from django_q.signals import post_spawn
+
         from reconciliation import actions  # noqa: F401 - registers its case actions
+        from reconciliation.sweep import start_sweeper_on_spawn
+
+        post_spawn.connect(start_sweeper_on_spawn, dispatch_uid="holdfast-sweeper")
+
+        from cases.services import UNSENT_DECISION_CHECKS
+        from reconciliation.restore import restore_check_before_unsent_decision
+
+        if restore_check_before_unsent_decision not in UNSENT_DECISION_CHECKS:
+            UNSENT_DECISION_CHECKS.append(restore_check_before_unsent_decision)

@@ -165,8 +165,10 @@ def source_check_due(now: dt.datetime | None = None) -> bool:
 
 
 def _holdfast_operation(seen, sandbox: set[str]) -> bool:
-    # The capability probe writes sandbox orders under keys of its own; they are no case's.
-    return seen.order_id not in sandbox and bool(_OPERATION_KEY.fullmatch(seen.operation_key))
+    # Only a case's operation keys (DATE-41-1) count, on any order. The capability probe writes
+    # its sandbox order under keys of its own (PROBE-…), never a case's, so those never count;
+    # drill cases on sandbox orders are cases like any other (the restore drill relies on it).
+    return bool(_OPERATION_KEY.fullmatch(seen.operation_key))
 
 
 def restore_detected_at_source(*, client=None, force: bool = False) -> str:
@@ -328,3 +330,16 @@ def _note_applied_before_restore(case_id: int, key: str, worker: Worker) -> None
             "already have been told, so the notification is not sent again automatically",
             detail={"operation_key": key, "notify_key": f"{key}:notify"},
         )
+
+
+def restore_check_before_unsent_decision(case) -> None:
+    """Registered in ``cases.services.UNSENT_DECISION_CHECKS``: before a ready case is cancelled
+    or sent back to review as if nothing was sent, compare these records with the order system;
+    if they are older, recover first (the case is then held and settled from evidence).
+
+    Always asks (``force``): such decisions are rare, and a restore minutes after a clean
+    comparison would otherwise pass unseen."""
+    why = restore_detected_at_source(force=True)
+    if why:
+        logger.warning("Database restore detected (%s): recovering before deciding", why)
+        recover_after_restore(progress=logger.info)

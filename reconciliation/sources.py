@@ -92,7 +92,9 @@ def source_check(*, case_id: int, client: OrderSystemClient | None = None) -> st
                     "order_version": order.version,
                     "delivery_date": order.delivery_date.isoformat(),
                 },
-                next_check_at=None,
+                # Due now: the enqueue below is a fast path; the dispatcher's lease on this
+                # due time re-drives the preparation if its task or worker is lost.
+                next_check_at=timezone.now(),
                 last_checked_order_version=order.version,
                 order_delivery_date_seen=order.delivery_date,
                 retry_count=0,

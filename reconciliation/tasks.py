@@ -26,3 +26,10 @@ def reconcile_case(case_id: int) -> str:
 
 def watchdog() -> int:
     return attempts_expire_leases()
+
+
+def sweeper() -> str:
+    """The cluster's long-lived sweep (see ``reconciliation.sweep``); a second one returns."""
+    from reconciliation.sweep import sweeper_run
+
+    return sweeper_run()

@@ -6,7 +6,7 @@ processed event alone.
 
 from __future__ import annotations
 
-from reconciliation.inbound import inbound_event_process, inbound_events_retry_due
+from reconciliation.inbound import inbound_event_process
 from reconciliation.models import InboundEvent
 
 
@@ -18,4 +18,8 @@ def process_event(event_pk: int) -> str:
 
 
 def retry_failed_events() -> dict[str, int]:
-    return inbound_events_retry_due()
+    """Failed events that are due, and pending ones whose processing was lost (by a lease on
+    the event row, never the broker)."""
+    from reconciliation.sweep import inbound_events_redrive
+
+    return inbound_events_redrive()

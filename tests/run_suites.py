@@ -4,7 +4,8 @@
 system (``orders.settings``), each on SQLite and, when a server answers, on PostgreSQL
 (``TEST_DATABASE_URL``, default ``postgres://postgres@127.0.0.1:5432/holdfast``); and the
 browser suite (``tests/browser``) once, on PostgreSQL, or on SQLite when PostgreSQL does not
-answer. With
+answer. The suites run in two lanes side by side (Holdfast on PostgreSQL alone in one, the rest
+in the other; ``SUITES_SEQUENTIAL=1`` runs them one by one), each printed whole when it ends. With
 ``REQUIRE_POSTGRES=1`` an unreachable PostgreSQL fails the run instead of skipping it.
 Extra arguments are passed to every pytest invocation (e.g. ``-k claim -x``).
 """
@@ -15,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -64,15 +66,25 @@ def with_database(url: str, name: str) -> str:
 
 
 def run_suite(title: str, args: list[str], env: dict[str, str], extra: list[str]) -> dict:
-    print(f"\n{'=' * 20} {title} {'=' * 20}", flush=True)
+    """Run one pytest invocation with its output in a log file; print the log when it ends."""
     with tempfile.NamedTemporaryFile(suffix=".xml", delete=False) as tmp:
         junit = tmp.name
+    log_path = ROOT / "var" / f"suite-{title.lower().replace(' ', '-')}.log"
+    with _print_lock:
+        print(f"started: {title} (output in {log_path.relative_to(ROOT)})", flush=True)
     started = time.monotonic()
-    code = subprocess.call(
-        [sys.executable, "-m", "pytest", *args, f"--junitxml={junit}", *extra],
-        cwd=ROOT,
-        env={**os.environ, **env},
-    )
+    with log_path.open("wb") as log:
+        code = subprocess.call(
+            [sys.executable, "-m", "pytest", *args, f"--junitxml={junit}", *extra],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    with _print_lock:
+        print(f"\n{'=' * 20} {title} {'=' * 20}", flush=True)
+        sys.stdout.write(log_path.read_text(errors="replace"))
+        sys.stdout.flush()
     counts = {
         "title": title,
         "code": code,
@@ -101,6 +113,28 @@ def run_suite(title: str, args: list[str], env: dict[str, str], extra: list[str]
     return counts
 
 
+_print_lock = threading.Lock()
+
+
+def run_lanes(lanes: list[list[tuple]], extra: list[str]) -> list[dict]:
+    """Run each lane's suites one after another, the lanes side by side (one per core): the
+    longest suite, Holdfast on PostgreSQL, has a lane of its own. Every suite has its own
+    databases, so lanes never share a test database."""
+    results: dict[str, dict] = {}
+
+    def run_lane(lane):
+        for title, args, env in lane:
+            results[title] = run_suite(title, args, env, extra)
+
+    threads = [threading.Thread(target=run_lane, args=(lane,)) for lane in lanes if lane]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    order = [title for lane in lanes for title, _, _ in lane]
+    return [results[title] for title in order]
+
+
 def main(extra: list[str]) -> int:
     var = ROOT / "var"
     var.mkdir(exist_ok=True)
@@ -124,16 +158,26 @@ def main(extra: list[str]) -> int:
             "ORDERS_DATABASE_URL": with_database(pg, "holdfast_orders"),
             "DJANGO_ENV": "test",
         }
-        plans += [
-            ("Holdfast suite on PostgreSQL", ["tests", BROWSER_IGNORE], pg_env),
-            ("Order system suite on PostgreSQL", ORDERS, pg_env),
-            ("Browser suite on PostgreSQL", [*NO_SCHEMATHESIS, BROWSER], pg_env),
+        # The browser suite runs beside the Holdfast suite: its own database.
+        browser_env = {**pg_env, "DATABASE_URL": with_database(pg, "holdfast_browser")}
+        browser_env["TEST_DATABASE_URL"] = browser_env["DATABASE_URL"]
+        lanes = [
+            [("Holdfast suite on PostgreSQL", ["tests", BROWSER_IGNORE], pg_env)],
+            [
+                *plans,
+                ("Order system suite on PostgreSQL", ORDERS, pg_env),
+                ("Browser suite on PostgreSQL", [*NO_SCHEMATHESIS, BROWSER], browser_env),
+            ],
         ]
     else:
         print(f"PostgreSQL at {pg} does not answer: {why}", flush=True)
         # The browser suite runs once; without PostgreSQL a newcomer still gets it.
         plans.append(("Browser suite on SQLite", [*NO_SCHEMATHESIS, BROWSER], sqlite_env))
-    results = [run_suite(title, args, env, extra) for title, args, env in plans]
+        lanes = [plans]
+    if os.environ.get("SUITES_SEQUENTIAL", "") in {"1", "true", "yes"}:
+        lanes = [[plan for lane in lanes for plan in lane]]
+    print(f"Running {sum(map(len, lanes))} suites in {len(lanes)} lane(s)", flush=True)
+    results = run_lanes(lanes, extra)
     print(f"\n{'=' * 20} summary {'=' * 20}")
     for r in results:
         print(

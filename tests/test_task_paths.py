@@ -45,3 +45,34 @@ def test_every_schedule_names_a_real_task():
 
     for func in Schedule.objects.values_list("func", flat=True):
         assert callable(import_string(func)), func
+
+
+@pytest.mark.django_db
+def test_the_system_checks_resolve_every_task_path():
+    from django.core.management import call_command
+
+    call_command("check", databases=["default"], fail_level="ERROR")
+
+
+def test_the_system_check_reports_a_dispatched_task_that_does_not_exist(monkeypatch):
+    from cases import checks, dispatch
+
+    monkeypatch.setitem(dispatch.TASK_FOR_STATUS, "ready", ("cases.tasks.apply_case", "apply"))
+
+    errors = checks.every_dispatched_task_resolves(None)
+
+    assert [e.id for e in errors] == ["holdfast.E002"]
+    assert "cases.tasks.apply_case" in errors[0].msg
+
+
+@pytest.mark.django_db
+def test_the_system_check_reports_a_schedule_that_does_not_exist():
+    from django_q.models import Schedule
+
+    from cases import checks
+
+    Schedule.objects.create(name="bogus", func="reconciliation.tasks.nothing_here")
+
+    errors = checks.every_schedule_resolves(None, databases=["default"])
+
+    assert [e.id for e in errors] == ["holdfast.E003"]

@@ -27,7 +27,9 @@ def test_source_check_records_evidence_and_moves_case_to_preparing_proposal(
     case = reload(case)
     assert case.status == Status.PREPARING_PROPOSAL
     assert case.last_checked_order_version == 1
-    assert case.next_check_at is None
+    # Due at once: the dispatcher re-drives the preparation if its queued task is lost.
+    assert case.next_check_at is not None
+    assert case.next_check_at <= timezone.now()
     evidence = EvidenceReference.objects.get(case=case)
     assert evidence.external_reference == f"order:{ORDER}@v1"
     assert evidence.order_version == 1

@@ -128,14 +128,19 @@ def test_admin_prepare_form_submits_a_proposal_the_preparer_cannot_approve(
     assert proposal.prepared_by == lead
 
 
-def test_system_check_warns_when_one_order_system_call_outlives_the_apply_lease(settings):
-    from cases.checks import apply_lease_outlives_one_request
+def test_system_check_warns_when_one_order_system_call_outlives_a_dispatch_lease(settings):
+    from cases.checks import one_request_fits_every_unrenewed_lease
 
-    assert apply_lease_outlives_one_request(None) == []
-    settings.LEASES = {**settings.LEASES, "apply": {"lease_seconds": 5.0, "heartbeat_seconds": 1.0}}
+    assert one_request_fits_every_unrenewed_lease(None) == []
+    short = {"lease_seconds": 5.0, "heartbeat_seconds": 1.0}
+    # An apply attempt renews its lease during the call: a short apply lease is fine.
+    settings.LEASES = {**settings.LEASES, "apply": short}
+    assert one_request_fits_every_unrenewed_lease(None) == []
+    settings.LEASES = {**settings.LEASES, "source_check": short}
 
-    (warning,) = apply_lease_outlives_one_request(None)
+    (warning,) = one_request_fits_every_unrenewed_lease(None)
     assert warning.id == "holdfast.W001"
+    assert "source_check lease is 5s" in warning.msg
 
 
 def test_verifying_an_account_starts_its_new_cases(make_case, account, lead):

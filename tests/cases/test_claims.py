@@ -34,7 +34,14 @@ pytestmark = pytest.mark.order_system
 WORKERS = 8
 # How long the cancellation starts after the claim, round by round: a claim reads and checks
 # five guards before its compare-and-set, so with no head start the cancellation always wins.
-CANCEL_DELAYS = (0.0, 0.0, 0.004, 0.008, 0.012, 0.016, 0.024, 0.04, 0.1)
+# Positive: the cancellation starts that much later; negative: the claim does. A cancellation
+# first asks the order system whether these records are older than it (one round trip), so the
+# claim is given head-starts the other way too, and both sides win in some round.
+CANCEL_DELAYS = (
+    (0.0, 0.0, 0.004, 0.008, 0.016, 0.04, 0.1)
+    + tuple(-0.002 * step for step in range(1, 26))
+    + (-0.06, -0.1)
+)
 WORKER = Worker("worker:test:1")
 TIMEOUTS = {"connect": 1.0, "read": 1.0, "write": 1.0, "pool": 1.0}
 
@@ -182,10 +189,13 @@ def test_cancellation_racing_a_claim_never_lets_both_win(approved_case, agent):
         cancel_result: dict = {}
         observer = _CompareAndSetObserver()
 
-        def claim(case_id=case.pk, result=claim_result, barrier=barrier, observer=observer):
+        def claim(
+            case_id=case.pk, result=claim_result, barrier=barrier, observer=observer, delay=delay
+        ):
             try:
                 connection.ensure_connection()
                 barrier.wait(timeout=10)
+                time.sleep(max(-delay, 0.0))
                 result["started"] = time.monotonic()
                 try:
                     with connection.execute_wrapper(observer):
@@ -202,7 +212,7 @@ def test_cancellation_racing_a_claim_never_lets_both_win(approved_case, agent):
             try:
                 connection.ensure_connection()
                 barrier.wait(timeout=10)
-                time.sleep(delay)
+                time.sleep(max(delay, 0.0))
                 result["started"] = time.monotonic()
                 after = case_cancel_request(
                     case=Case(pk=case_id),

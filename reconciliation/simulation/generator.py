@@ -1,0 +1,77 @@
+"""The seeded generator: schedule ``K`` of seed ``S`` is a pure function of ``(S, K)``.
+
+A schedule is a few cases and 10-30 steps. Steps are plain dicts (printable, replayable); what a
+step does depends on the state it meets (a claim of a case that is not ready is refused), so the
+same list run again does the same thing.
+"""
+
+from __future__ import annotations
+
+import random
+
+WORKERS = ("w1", "w2", "w3")
+FAULTS = (
+    "drop_after_commit",
+    "fail_before_commit",
+    "unavailable",
+    "unavailable_lookup",
+    "search_lag",
+    "latency",
+)
+# (step kind, weight). "advance" moves a case to its next natural step (intake, source check,
+# proposal, approval, apply by a worker, reconcile) so that schedules reach the risky states.
+_KINDS = (
+    ("advance", 30),
+    ("apply", 8),
+    ("claim", 4),
+    ("run", 6),
+    ("lease_expiry", 5),
+    ("reconcile", 4),
+    ("cancel", 3),
+    ("expire_approval", 3),
+    ("change_intent", 2),
+    ("fault", 10),
+    ("webhook", 4),
+    ("snapshot", 2),
+    ("restore", 2),
+    ("tick", 3),
+    ("order_changed", 1),
+)
+
+
+def schedule_rng(seed: int, index: int) -> random.Random:
+    return random.Random(f"holdfast-sim:{seed}:{index}")  # noqa: S311 - not cryptography
+
+
+def generate(seed: int, index: int) -> dict:
+    """``{"seed", "index", "cases", "steps"}`` for schedule ``index`` of ``seed``."""
+    rng = schedule_rng(seed, index)
+    cases = rng.randint(1, 3)
+    kinds = [k for k, _ in _KINDS]
+    weights = [w for _, w in _KINDS]
+    steps: list[dict] = []
+    # Most cases start from a proposal already approved (intake, source check, proposal,
+    # approval): the risky interleavings begin at "ready".
+    for case in range(cases):
+        if rng.random() < 0.7:
+            steps += [{"kind": "advance", "case": case, "worker": "w1"} for _ in range(4)]
+    for _ in range(rng.randint(10, 30)):
+        kind = rng.choices(kinds, weights)[0]
+        step: dict = {"kind": kind, "case": rng.randrange(cases)}
+        if kind in {"advance", "apply", "claim", "run"}:
+            step["worker"] = rng.choice(WORKERS)
+        if kind == "apply":
+            step["mode"] = rng.choice(("normal", "normal", "pause_at_send", "kill_after_send"))
+        if kind == "fault":
+            step["fault"] = rng.choice(FAULTS)
+        if kind == "webhook":
+            step["resend"] = rng.choice(("latest", "latest", "oldest"))
+        if kind == "change_intent":
+            step["days"] = rng.randint(5, 20)
+        steps.append(step)
+    return {"seed": seed, "index": index, "cases": cases, "steps": steps}
+
+
+def describe(step: dict) -> str:
+    extra = " ".join(f"{k}={v}" for k, v in step.items() if k not in {"kind", "case"})
+    return f"{step['kind']} case={step['case']}" + (f" {extra}" if extra else "")
