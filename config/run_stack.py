@@ -11,6 +11,7 @@ Ports: ``HOLDFAST_PORT`` (8000) and ``ORDER_SYSTEM_PORT`` (8100).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -103,10 +104,15 @@ def main() -> int:
                 print(f"Stopping the {name}…", flush=True)
                 proc.send_signal(signal.SIGTERM)  # the main PID only: see STACK-NOTES
         for proc in children.values():
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
+            # Whatever is left of the child's session (a cluster's workers, a sweeper still
+            # in its pass) goes with it: every piece of work is safe to kill and is re-driven
+            # from the database on the next start.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
         sys.exit(0)
 
     signal.signal(signal.SIGINT, stop)
