@@ -58,8 +58,8 @@ def test_auditor_is_offered_nothing(auditor, case):
     assert 'id="hf-evidence"' not in content
 
 
-def test_a_refused_transition_lists_only_what_that_person_may_do(agent, case, api):
-    """An agent may not stop a case: the 409's list must not tempt them with 'stop'."""
+def test_a_transition_the_person_may_not_take_is_refused_with_who_may(agent, case, api):
+    """An agent may not requeue (a lead's action): 403 in plain words, nothing changed."""
     case_transition(
         case=case,
         transition="escalate",
@@ -75,11 +75,9 @@ def test_a_refused_transition_lists_only_what_that_person_may_do(agent, case, ap
         format="json",
     )
 
-    assert response.status_code in {403, 409}
-    if response.status_code == 409:
-        allowed = response.json()["allowed"]
-        assert "stop" not in allowed
-        assert set(allowed) == {a.name for a in case_actions(fresh, agent) if a.transition}
+    assert response.status_code == 403
+    assert response.json()["error"] == "not_permitted"
+    assert reload(case).version == fresh.version
 
 
 def test_a_refusal_for_a_state_lists_the_callers_transitions(agent, case, api):
@@ -137,7 +135,8 @@ def test_a_cancelled_case_reads_as_finished(case, lead):
     assert "Why it waits" not in content
     assert "Who must answer" not in content
     assert "a worker acts next" not in content
-    assert "Nothing: the case is finished." in content or action.permitted
+    assert action.permitted == []
+    assert "Nothing: the case is finished." in content
 
 
 def test_cancel_confirm_page_explains_and_is_not_labelled_cancel(case, lead):
