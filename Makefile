@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser run test lint clean drill
+.PHONY: install browser run test lint clean drill bench
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ drill: install
 	ORDER_SYSTEM_URL=http://127.0.0.1:$(ORDER_SYSTEM_PORT) $(PY) manage.py drill \
 		--holdfast-url http://127.0.0.1:$(HOLDFAST_PORT)/ $(DRILL_ARGS)
 
+# Measurements on PostgreSQL, in a bench_* database it writes to (reconciliation/management/
+# commands/bench.py). DEBUG off: Django's query log would slow the measured paths.
+bench: install
+	DEBUG=0 DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/bench_holdfast} \
+		sh -c '$(PY) manage.py migrate --no-input -v 0 && $(PY) manage.py bench $(BENCH_ARGS)'
+
 test: install browser
 	$(PY) tests/run_suites.py $(PYTEST_ARGS)
 
@@ -40,6 +46,9 @@ lint: install
 	$(PY) -m ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run
 	DJANGO_SETTINGS_MODULE=orders.settings $(PY) -m django makemigrations orders --check --dry-run
+	$(VENV)/bin/lint-imports
+	$(PY) -m mypy cases approvals reconciliation config tests/support
+	$(PY) -m mypy --config-file orders/mypy.ini orders
 
 clean:
 	rm -rf var build *.egg-info

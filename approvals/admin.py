@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from django import forms
 from django.contrib import admin, messages
-from django.http import HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.utils import timezone
 
 from approvals import selectors, services
 from approvals.models import Approval, Operation, Proposal
-from cases.admin_inlines import ReadOnlyInline
+from cases.admin import CaseForm, ReadOnlyInline, case_admin_extend, change_url, person
 from cases.exceptions import CaseError
+from cases.models import Case
 
 
 class ProposalInline(ReadOnlyInline):
     model = Proposal
     verbose_name_plural = "Proposal history"
-    fields = [
+    fields = readonly_fields = (
         "created_at",
         "delivery_date",
         "evidence_order_version",
@@ -26,8 +30,7 @@ class ProposalInline(ReadOnlyInline):
         "prepared_by_label",
         "status",
         "status_reason",
-    ]
-    readonly_fields = fields
+    )
     ordering = ["-created_at"]
     show_change_link = True
 
@@ -39,15 +42,14 @@ class ProposalInline(ReadOnlyInline):
 class OperationInline(ReadOnlyInline):
     model = Operation
     verbose_name_plural = "Operations (idempotency keys at the order system)"
-    fields = [
+    fields = readonly_fields = (
         "key",
         "order_id",
         "delivery_date",
         "created_at",
         "confirmed_at",
         "result_order_version",
-    ]
-    readonly_fields = fields
+    )
 
     def get_queryset(self, request):
         visible = selectors.operations_for(request.user).values("pk")
@@ -57,7 +59,7 @@ class OperationInline(ReadOnlyInline):
 class ApprovalInline(ReadOnlyInline):
     model = Approval
     fk_name = "proposal"
-    fields = [
+    fields = readonly_fields = (
         "reference",
         "decision",
         "decided_by",
@@ -66,8 +68,7 @@ class ApprovalInline(ReadOnlyInline):
         "revoked_at",
         "revoked_reason",
         "reason",
-    ]
-    readonly_fields = fields
+    )
 
     def get_queryset(self, request):
         visible = selectors.approvals_for(request.user).values("pk")
@@ -117,7 +118,7 @@ class ProposalAdmin(admin.ModelAdmin):
     list_filter = [StatusFilter]
     search_fields = ["case__reference", "order_id", "operation__key"]
     ordering = ["submitted_at", "pk"]
-    readonly_fields = [
+    readonly_fields = fields = (
         "case",
         "order_id",
         "delivery_date",
@@ -132,8 +133,7 @@ class ProposalAdmin(admin.ModelAdmin):
         "created_at",
         "submitted_at",
         "closed_at",
-    ]
-    fields = readonly_fields
+    )
     inlines = [ApprovalInline]
     actions = None
 
@@ -251,3 +251,77 @@ class ProposalAdmin(admin.ModelAdmin):
             return f"Proposal #{proposal.pk} rejected; the owner prepares another."
 
         return self._decide(request, pk, RejectForm, "reject", call)
+
+
+# --- what approvals add to the case page (``cases.admin.case_admin_extend``) --------------------
+
+
+class PrepareForm(forms.Form):
+    """A proposal prepared by hand, for ``services.proposal_prepare_by_hand``."""
+
+    expected_version = forms.IntegerField(widget=forms.HiddenInput)
+    delivery_date = forms.DateField(
+        widget=forms.DateInput(attrs={"type": "date"}), help_text="The exact new delivery date."
+    )
+    reason = forms.CharField(
+        required=False,
+        max_length=300,
+        help_text="Why (e.g. the customer confirmed another date by phone).",
+    )
+
+
+def prepare_view(
+    model_admin: admin.ModelAdmin[Case], request: HttpRequest, case: Case
+) -> HttpResponse:
+    """A person prepares the proposal by hand, e.g. with a date the customer confirmed."""
+    back = change_url(case)
+    form = PrepareForm(request.POST or None, prefix="prepare")
+    if request.method != "POST" or not form.is_valid():
+        model_admin.message_user(
+            request, "Proposal not prepared: give a valid date.", messages.ERROR
+        )
+        return HttpResponseRedirect(back)
+    data = form.cleaned_data
+    try:
+        proposal = services.proposal_prepare_by_hand(
+            case=case,
+            actor=person(request),
+            delivery_date=data["delivery_date"],
+            reason=data["reason"],
+            expected_version=data["expected_version"],
+        )
+    except CaseError as exc:
+        model_admin.message_user(request, exc.detail, messages.ERROR)
+    else:
+        assert proposal.operation is not None  # a proposal submitted for review has its key
+        model_admin.message_user(
+            request,
+            f"Proposal #{proposal.pk} submitted for review as "
+            f"{proposal.operation.key}; another approver must decide it.",
+            messages.SUCCESS,
+        )
+    return HttpResponseRedirect(back)
+
+
+def case_page_context(request: HttpRequest, case: Case) -> Mapping[str, Any]:
+    """The case's live approval (while the case is open) and its operation keys."""
+    return {
+        "approval": services.live_approval(case) if not case.is_terminal else None,
+        "operation_keys": list(case.operations.values_list("key", flat=True)),
+    }
+
+
+case_admin_extend(
+    inlines=[(10, ProposalInline), (20, OperationInline)],
+    forms=[
+        CaseForm(
+            name="prepare",
+            build=lambda case: PrepareForm(
+                initial={"expected_version": case.version, "delivery_date": case.requested_date},
+                prefix="prepare",
+            ),
+            view=prepare_view,
+        )
+    ],
+    context=case_page_context,
+)

@@ -7,12 +7,15 @@ from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
+from rest_framework.status import HTTP_201_CREATED
 
 from approvals import selectors, services
 from approvals.models import Proposal
 from approvals.serializers import ApproveSerializer, ProposalSerializer, RejectSerializer
+from cases.api import CaseViewSet
 from cases.api_errors import error_responses
 from cases.exceptions import CaseNotFound
+from cases.serializers import CaseDetailSerializer, PrepareProposalSerializer
 from cases.throttling import ThrottleRefusalsMixin
 
 
@@ -79,3 +82,31 @@ class ProposalViewSet(
             proposal=proposal, actor=request.user, reason=serializer.validated_data["reason"]
         )
         return Response(self.get_serializer(self.get_object()).data)
+
+
+# The kernel's case API with approvals' action on a case added:
+# ``POST /api/cases/{reference}/proposals/`` (``config.urls`` routes ``cases`` to this class).
+# The case is found the kernel's way (team-scoped, 404 otherwise) and answered with the kernel's
+# case detail; the rule is ``approvals.services.proposal_prepare_by_hand``'s. (A comment, not a
+# docstring: drf-spectacular would publish a docstring as every case operation's description.)
+class CaseWithProposalsViewSet(CaseViewSet):
+    @extend_schema(
+        request=PrepareProposalSerializer,
+        responses={201: CaseDetailSerializer, **error_responses(400, 403, 404, 409, 415)},
+        description="Prepare and submit a proposal by hand (e.g. a date the customer "
+        "confirmed). A different date supersedes the current proposal and approval.",
+    )
+    @action(detail=True, methods=["post"])
+    def proposals(self, request, reference=None):
+        case = self.get_object()
+        serializer = PrepareProposalSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        proposal = services.proposal_prepare_by_hand(
+            case=case,
+            actor=request.user,
+            delivery_date=data["delivery_date"],
+            reason=data["reason"],
+            expected_version=data["expected_version"],
+        )
+        return self._detail(proposal.case, HTTP_201_CREATED)

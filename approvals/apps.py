@@ -6,4 +6,9 @@ class ApprovalsConfig(AppConfig):
     verbose_name = "Approvals"
 
     def ready(self) -> None:
-        from approvals import actions  # noqa: F401 - registers its case actions
+        from approvals import (
+            actions,  # noqa: F401 - registers its case actions
+            extensions,
+        )
+
+        extensions.register()  # its queue, home tile, deciders and evidence hook

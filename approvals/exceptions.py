@@ -21,3 +21,22 @@ class ProposalNotCurrent(CaseError):
 
 class ExpiryOutOfBounds(InvalidCaseInput):
     code = "invalid"
+
+
+# --- Approval grants (Holdfast's own checks; the receiver verifies independently) ----------
+
+
+class GrantError(Exception):
+    """Base of approval-grant verification failures."""
+
+    error = "approval_invalid"
+
+
+class GrantInvalid(GrantError):
+    """Malformed, wrongly signed, or not for this operation/order/change."""
+
+
+class GrantExpired(GrantError):
+    """Correctly signed, but its ``expires_at`` has passed."""
+
+    error = "approval_expired"

@@ -45,7 +45,8 @@ def author_roles_of(proposal: Proposal, user) -> list[str]:
     return [role for role in ProposalAuthor.Role.values if role in roles]
 
 
-_AUTHOR_PHRASES = {
+# Keyed by the role's stored value (a ``Role`` member equals its string).
+_AUTHOR_PHRASES: dict[str, str] = {
     ProposalAuthor.Role.OPENED_CASE: "opened {case}",
     ProposalAuthor.Role.CHANGED_INTENT: "changed the requested date of {case}",
     ProposalAuthor.Role.PREPARED: "prepared {proposal}",
@@ -65,7 +66,7 @@ def own_proposal_reason(roles: list[str], *, case_label: str, proposal_label: st
 
 def why_cannot_decide(proposal: Proposal, user) -> str:
     """Plain words for why ``user`` gets no Approve/Reject buttons, or '' if they may decide."""
-    from cases.services import actor_may
+    from cases.kernel import actor_may
 
     if proposal.status != Proposal.Status.AWAITING_REVIEW:
         return f"This proposal is {proposal.get_status_display().lower()}; nothing to decide."
@@ -81,7 +82,7 @@ def why_cannot_decide(proposal: Proposal, user) -> str:
 def eligible_approvers(proposal: Proposal) -> list:
     """The people who may decide ``proposal``: active members of its case's team who hold the
     approve permission (directly, through a group, or as a superuser member), never one of its
-    authors (``ProposalAuthor``) or its preparer. The same rule as ``cases.services.actor_may``
+    authors (``ProposalAuthor``) or its preparer. The same rule as ``cases.kernel.actor_may``
     and ``approvals.services._decidable``, in one query.
     """
     approve = Permission.objects.filter(

@@ -12,6 +12,7 @@ import hashlib
 import json
 
 from django.conf import settings
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
@@ -19,25 +20,26 @@ from django.utils import timezone
 from approvals.exceptions import ExpiryOutOfBounds, OwnProposal, ProposalNotCurrent
 from approvals.models import Approval, Operation, Proposal, ProposalAuthor
 from approvals.selectors import author_roles_of, own_proposal_reason
+from cases.codes import Action
 from cases.exceptions import ActionNotPermitted, InvalidCaseInput, TransitionRejected
 from cases.fencing import counter_next
-from cases.models import Case, CaseEvent, Status, WaitingOn
-from cases.scheduling import enqueue_on_commit
-from cases.services import (
+from cases.kernel import (
+    KEEP,
     Actor,
     Worker,
-    _bump_and_save,
-    _check_version,
-    _user_or_none,
     actor_label,
     actor_may,
     apply_transition,
+    bump_and_save,
+    case_step,
     lock_case,
     record_event,
     record_fact,
+    user_or_none,
 )
-
-EXPIRED_DURING_HOLD = "approvals.approval.expired_during_hold"
+from cases.models import Case, CaseEvent, Status, WaitingOn
+from cases.retries import retries_reset
+from cases.scheduling import enqueue_on_commit
 
 
 def _content_hash(
@@ -111,15 +113,35 @@ def proposal_return_to_review(proposal: Proposal | None, reason: str) -> list[st
     return closed
 
 
+def proposal_withdraw(
+    proposal: Proposal,
+    reason: str,
+    *,
+    status: str = Proposal.Status.WITHDRAWN,
+    revoke_approvals: bool = True,
+    approval_reason: str | None = None,
+) -> list[str]:
+    """Close ``proposal`` for good (``status``: withdrawn, or superseded/rejected) and revoke
+    its live approvals, with ``reason`` on both; returns the revoked approval references. The
+    public writer of a proposal's closing: code outside ``approvals`` closes proposals only
+    here (the case locked by the caller).
+
+    ``revoke_approvals=False`` only for a proposal whose operation is already applied (a
+    reversal supersedes it): its approval authorized a write that happened and stays the
+    record of that authority. ``approval_reason`` words the approvals' revocation when it
+    differs from the proposal's."""
+    revoked = _revoke_approvals(proposal, approval_reason or reason) if revoke_approvals else []
+    _close_proposal(proposal, status, reason)
+    return revoked
+
+
 def proposals_withdraw_open(case: Case, reason: str) -> list[str]:
-    """Close the case's open proposal and revoke its approvals (the case locked by the caller).
-    Returns the revoked approval references."""
+    """Withdraw the case's open proposal, if any (:func:`proposal_withdraw`; the case locked by
+    the caller). Returns the revoked approval references."""
     proposal = open_proposal(case)
     if proposal is None:
         return []
-    revoked = _revoke_approvals(proposal, reason)
-    _close_proposal(proposal, Proposal.Status.WITHDRAWN, reason)
-    return revoked
+    return proposal_withdraw(proposal, reason)
 
 
 def _operation_for(case: Case, order_id: str, delivery_date: dt.date) -> Operation:
@@ -145,20 +167,20 @@ def _operation_for(case: Case, order_id: str, delivery_date: dt.date) -> Operati
 # source check requested from "new" is the case starting its work (intake or the account's
 # verification), not a request to prepare the proposal again.
 _AUTHORING_EVENTS = (
-    Q(action="cases.case.created")
-    | Q(action="cases.case.intent_changed")
-    | Q(action="cases.case.transitioned", detail__transition="revise")
+    Q(action=Action.CASE_CREATED)
+    | Q(action=Action.CASE_INTENT_CHANGED)
+    | Q(action=Action.CASE_TRANSITIONED, detail__transition="revise")
     | (
-        Q(action="cases.case.transitioned", detail__transition="request_source_check")
+        Q(action=Action.CASE_TRANSITIONED, detail__transition="request_source_check")
         & ~Q(from_status=Status.NEW)
     )
 )
 
 
 def _author_role(event: CaseEvent) -> str:
-    if event.action == "cases.case.created":
+    if event.action == Action.CASE_CREATED:
         return ProposalAuthor.Role.OPENED_CASE
-    if event.action == "cases.case.intent_changed" or event.detail.get("transition") == "revise":
+    if event.action == Action.CASE_INTENT_CHANGED or event.detail.get("transition") == "revise":
         return ProposalAuthor.Role.CHANGED_INTENT
     return ProposalAuthor.Role.ASKED_REPREPARE
 
@@ -169,6 +191,8 @@ def _authors_of_intent(case: Case, proposal: Proposal) -> list[ProposalAuthor]:
     rows: dict[tuple[int, str], ProposalAuthor] = {}
     events = CaseEvent.objects.filter(_AUTHORING_EVENTS, case=case, actor__isnull=False)
     for event in events.order_by("pk"):
+        if event.actor_id is None:  # excluded by the query; narrows the type
+            continue
         role = _author_role(event)
         rows.setdefault(
             (event.actor_id, role),
@@ -213,10 +237,9 @@ def proposal_prepare(
     The evidence is the last checked order version and the evidence references recorded for
     it; a case whose evidence is missing goes back for a source check instead.
     """
-    with transaction.atomic():
-        case = lock_case(case)
-        if not isinstance(actor, Worker) and not actor_may(actor, "cases.work_case", case):
-            raise ActionNotPermitted(f"{actor_label(actor)} may not prepare proposals here.")
+    with case_step(
+        case, actor=actor, permission="cases.work_case", what="prepare proposals"
+    ) as case:
         _refuse_if_revoked(case)
         if case.status != Status.PREPARING_PROPOSAL:
             raise TransitionRejected(
@@ -251,7 +274,7 @@ def proposal_prepare(
                 version=case.last_checked_order_version,
                 evidence_ids=evidence_ids,
             ),
-            prepared_by=_user_or_none(actor),
+            prepared_by=user_or_none(actor),
             prepared_by_label=actor_label(actor),
         )
         fields: list[str] = []
@@ -261,11 +284,11 @@ def proposal_prepare(
             case.waiting_on = WaitingOn.OWNER
             case.waiting_reason = "A draft proposal waits for its author to submit it"
             fields = ["next_check_at", "waiting_on", "waiting_reason"]
-        _bump_and_save(case, fields)
+        bump_and_save(case, fields)
         authors = _authors_of_intent(case, proposal)
         prepared_event = record_event(
             case=case,
-            action="approvals.proposal.prepared",
+            action=Action.PROPOSAL_PREPARED,
             actor=actor,
             reason=f"Proposal: move {case.order_id} to {date:%Y-%m-%d} "
             f"(order version {case.last_checked_order_version})",
@@ -362,11 +385,13 @@ def case_change_intent(
     The old "yes" is never reused: the next proposal gets a new operation key and needs its
     own approval.
     """
-    with transaction.atomic():
-        case = lock_case(case)
-        if not actor_may(actor, "cases.work_case", case):
-            raise ActionNotPermitted(f"{actor_label(actor)} may not change this case's request.")
-        _check_version(case, expected_version)
+    with case_step(
+        case,
+        actor=actor,
+        permission="cases.work_case",
+        what="change the request",
+        expected_version=expected_version,
+    ) as case:
         if delivery_date == case.requested_date:
             return case  # the same intent: nothing to supersede
         if case.is_terminal or case.status in {Status.APPLYING, Status.HELD}:
@@ -393,7 +418,7 @@ def case_change_intent(
             apply_transition(
                 case,
                 "revise",
-                next_check_at=None if case.status == Status.AWAITING_REVIEW else False,
+                next_check_at=None if case.status == Status.AWAITING_REVIEW else KEEP,
                 actor=actor,
                 reason=reason,
                 detail={
@@ -405,10 +430,10 @@ def case_change_intent(
                 requested_date=delivery_date,
             )
         else:
-            _bump_and_save(case, ["requested_date"])
+            bump_and_save(case, ["requested_date"])
             record_event(
                 case=case,
-                action="cases.case.intent_changed",
+                action=Action.CASE_INTENT_CHANGED,
                 actor=actor,
                 reason=reason,
                 detail={"from_date": previous.isoformat(), "to_date": delivery_date.isoformat()},
@@ -422,14 +447,16 @@ def case_change_intent(
             # it): the dispatcher re-drives the preparation if this task is lost.
             case.next_check_at = timezone.now()
             Case.objects.filter(pk=case.pk).update(next_check_at=case.next_check_at)
-            enqueue_on_commit("approvals.tasks.prepare_proposal", case.pk)
+            enqueue_on_commit("reconciliation.tasks.prepare_proposal", case.pk)
     return case
 
 
 # --- deciding ------------------------------------------------------------------------------------
 
 
-def _decidable(proposal_id: int, actor: Actor) -> tuple[Case, Proposal]:
+def _decidable(proposal_id: int, actor: Actor) -> tuple[Case, Proposal, User]:
+    """The locked case and proposal and the person deciding (a worker never decides); refused
+    unless ``actor`` may decide the proposal now."""
     proposal = Proposal.objects.select_related("case").get(pk=proposal_id)
     case = lock_case(proposal.case_id)
     proposal = (
@@ -456,7 +483,7 @@ def _decidable(proposal_id: int, actor: Actor) -> tuple[Case, Proposal]:
             f"{case.get_status_display().lower()}: there is nothing to decide.",
             proposal_status=proposal.status,
         )
-    return case, proposal
+    return case, proposal, actor
 
 
 def approval_expiry_bounds(now: dt.datetime | None = None) -> tuple[dt.datetime, dt.datetime]:
@@ -471,7 +498,7 @@ def proposal_approve(
     *, proposal: Proposal, actor: Actor, expires_at: dt.datetime | None = None, reason: str = ""
 ) -> Approval:
     """Record an approval of this exact proposal, sign its grant and queue the case."""
-    from reconciliation.grants import grant_issue
+    from approvals.grants import grant_issue
 
     now = timezone.now()
     default_expiry, max_expiry = approval_expiry_bounds(now)
@@ -484,16 +511,18 @@ def proposal_approve(
         )
     expires_at = (expires_at or default_expiry).replace(microsecond=0)
     with transaction.atomic():
-        case, proposal = _decidable(proposal.pk, actor)
-        reference = f"AP-{counter_next('approval_number')}"
+        case, proposal, decider = _decidable(proposal.pk, actor)
         operation = proposal.operation
+        if operation is None:  # preparing a proposal always names its operation
+            raise RuntimeError(f"Proposal #{proposal.pk} awaits review without an operation.")
+        reference = f"AP-{counter_next('approval_number')}"
         approval = Approval.objects.create(
             reference=reference,
             proposal=proposal,
             proposal_hash=proposal.content_hash,
             operation=operation,
             prepared_by_id=proposal.prepared_by_id,
-            decided_by=actor,
+            decided_by=decider,
             decision=Approval.Decision.APPROVED,
             reason=reason,
             expires_at=expires_at,
@@ -528,7 +557,7 @@ def proposal_reject(*, proposal: Proposal, actor: Actor, reason: str) -> Approva
     if not reason.strip():
         raise InvalidCaseInput("Give a reason.", fields={"reason": ["A reason is required."]})
     with transaction.atomic():
-        case, proposal = _decidable(proposal.pk, actor)
+        case, proposal, decider = _decidable(proposal.pk, actor)
         reference = f"AP-{counter_next('approval_number')}"
         decision = Approval.objects.create(
             reference=reference,
@@ -536,7 +565,7 @@ def proposal_reject(*, proposal: Proposal, actor: Actor, reason: str) -> Approva
             proposal_hash=proposal.content_hash,
             operation=proposal.operation,
             prepared_by_id=proposal.prepared_by_id,
-            decided_by=actor,
+            decided_by=decider,
             decision=Approval.Decision.REJECTED,
             reason=reason.strip(),
         )
@@ -555,7 +584,9 @@ def proposal_reject(*, proposal: Proposal, actor: Actor, reason: str) -> Approva
 # --- expiry and source changes -----------------------------------------------------------------
 
 
-def approval_expire(*, case: Case, actor: Actor = None, now: dt.datetime | None = None) -> bool:
+def approval_expire(
+    *, case: Case, actor: Actor | None = None, now: dt.datetime | None = None
+) -> bool:
     """If the case's approval lapsed while it was queued, return it to review.
 
     The same proposal (and its operation key) waits for a fresh decision; the expired approval
@@ -563,8 +594,7 @@ def approval_expire(*, case: Case, actor: Actor = None, now: dt.datetime | None 
     """
     now = now or timezone.now()
     actor = actor or Worker("system:approval-expiry")
-    with transaction.atomic():
-        case = lock_case(case)
+    with case_step(case, actor=actor) as case:
         if case.status != Status.READY:
             return False
         proposal = case.proposals.filter(status=Proposal.Status.APPROVED).first()
@@ -643,16 +673,16 @@ def approval_note_expired_during_hold(*, case: Case, now: dt.datetime | None = N
             .order_by("-expires_at")
             .first()
         )
-        if lapsed is None:
+        if lapsed is None or lapsed.expires_at is None:  # expires_at__lte excludes no expiry
             return False
         noted = CaseEvent.objects.filter(
-            case=case, action=EXPIRED_DURING_HOLD, detail__approval=lapsed.reference
+            case=case, action=Action.APPROVAL_EXPIRED_DURING_HOLD, detail__approval=lapsed.reference
         )
         if noted.exists():
             return False
         record_fact(
             case=case,
-            action=EXPIRED_DURING_HOLD,
+            action=Action.APPROVAL_EXPIRED_DURING_HOLD,
             actor=Worker("system:approval-expiry"),
             reason=f"{lapsed.reference} expired during the hold: no new application under it. "
             "The hold still settles from the order system's evidence; if nothing was applied, "
@@ -713,7 +743,8 @@ def proposal_invalidate_for_source_change(
         },
         waiting=(WaitingOn.ORDER_SYSTEM, "The order changed; reading current evidence"),
         next_check_at=timezone.now(),
-        retry_count=0,  # a fresh read: the bounded count of failed source checks restarts
+        # A fresh read: the bounded count of failed source checks restarts.
+        **retries_reset(case, "source_check"),
     )
     enqueue_on_commit("reconciliation.tasks.source_check", case.pk)
     return True

@@ -18,6 +18,7 @@ from typing import Any
 from django_fsm import can_proceed
 
 from cases.exceptions import ActionNotPermitted, InvalidCaseInput, TransitionRejected
+from cases.kernel import actor_label, actor_may, set_allowed_now
 from cases.models import TERMINAL_STATUSES, Case, Status
 
 Text = str | Callable[[Case], str]
@@ -93,8 +94,6 @@ def who_may(action: CaseAction) -> str:
 
 def case_actions(case: Case, actor=None) -> list[CaseAction]:
     """The actions whose guards hold now, and that ``actor`` may take (everyone's if None)."""
-    from cases.services import actor_may
-
     found = []
     for action in sorted(_REGISTRY.values(), key=lambda a: (a.order, a.name)):
         if not action.available(case):
@@ -106,8 +105,12 @@ def case_actions(case: Case, actor=None) -> list[CaseAction]:
 
 
 def allowed_transitions(case: Case, actor=None) -> list[str]:
-    """The manual transitions of :func:`case_actions`: the API's list and a 409's."""
+    """The manual transitions of :func:`case_actions`: the API's list and a 409's (the
+    kernel's ``allowed_now`` hook, installed below, is this function)."""
     return [action.name for action in case_actions(case, actor) if action.transition]
+
+
+set_allowed_now(allowed_transitions)
 
 
 def action_run(*, case: Case, name: str, actor, expected_version: int, reason: str = "") -> str:
@@ -116,8 +119,6 @@ def action_run(*, case: Case, name: str, actor, expected_version: int, reason: s
     Refusals are the services' own errors: not permitted (403), not possible now (409 with the
     actor's allowed transitions), a reason missing (400), a stale version (409).
     """
-    from cases.services import actor_label, actor_may
-
     action = _REGISTRY.get(name)
     if action is None or action.execute is None:
         raise TransitionRejected(
@@ -197,21 +198,6 @@ def _cancel(*, case: Case, actor, expected_version: int, reason: str) -> str:
         f"{case.reference}: cancellation recorded; it is honoured once the evidence shows "
         "nothing was applied."
     )
-
-
-def _withdraw_available(case: Case) -> bool:
-    # With work in flight a plain stop is refused; withdrawing revokes authority and settles
-    # what is running.
-    return not case.is_terminal and case.revoked_at is None and not can_proceed(case.stop)
-
-
-def _withdraw(*, case: Case, actor, expected_version: int, reason: str) -> str:
-    from cases.revocation import case_revoke, describe_revocation
-    from cases.services import _check_version
-
-    _check_version(Case.objects.get(pk=case.pk), expected_version)
-    result = case_revoke(case=case, actor=actor, kind="withdrawn", reason=reason)
-    return describe_revocation(result)
 
 
 def _legal_hold(hold: bool) -> Callable[..., str]:
@@ -308,25 +294,6 @@ register(
         confirm_label=lambda case: f"Yes, stop {case.reference}",
         danger=True,
         order=50,
-    )
-)
-register(
-    CaseAction(
-        name="withdraw",
-        label="Withdraw (revoke authority, settle work in flight)",
-        words="withdraw it (revoke authority and settle the work in flight)",
-        permission="cases.lead_case",
-        available=_withdraw_available,
-        execute=_withdraw,
-        confirm=lambda case: (
-            f"Authority over {case.reference} is revoked: queued and awaiting-approval work is "
-            "closed now, a running worker is asked to stop and the order system is fenced. If "
-            "a change may already have been sent, the case stays held until the evidence "
-            "settles it."
-        ),
-        confirm_label=lambda case: f"Yes, withdraw {case.reference}",
-        danger=True,
-        order=60,
     )
 )
 register(

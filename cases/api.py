@@ -18,7 +18,6 @@ from cases.serializers import (
     CaseDetailSerializer,
     CaseIntakeSerializer,
     CaseListSerializer,
-    PrepareProposalSerializer,
     TransitionRequestSerializer,
 )
 from cases.throttling import ThrottleRefusalsMixin
@@ -168,29 +167,6 @@ class CaseViewSet(
             via="api",
         )
         return self._detail(case, status.HTTP_200_OK)
-
-    @extend_schema(
-        request=PrepareProposalSerializer,
-        responses={201: CaseDetailSerializer, **error_responses(400, 403, 404, 409, 415)},
-        description="Prepare and submit a proposal by hand (e.g. a date the customer "
-        "confirmed). A different date supersedes the current proposal and approval.",
-    )
-    @action(detail=True, methods=["post"])
-    def proposals(self, request, reference=None):
-        from approvals.services import proposal_prepare_by_hand
-
-        case = self.get_object()
-        serializer = PrepareProposalSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        proposal = proposal_prepare_by_hand(
-            case=case,
-            actor=request.user,
-            delivery_date=data["delivery_date"],
-            reason=data["reason"],
-            expected_version=data["expected_version"],
-        )
-        return self._detail(proposal.case, status.HTTP_201_CREATED)
 
     def _detail(self, case, http_status):
         fresh = (

@@ -49,8 +49,9 @@ def exception_handler(exc, context):
         code = next((c for cls, c in _DRF_CODES.items() if isinstance(exc, cls)), "error")
         response.data = {"error": code, "detail": str(getattr(exc, "detail", exc))}
         if isinstance(exc, exceptions.Throttled):
-            # DRF already set the Retry-After header from the same wait.
-            response.data["retry_after"] = math.ceil(exc.wait or 0)
+            # DRF already set the Retry-After header from the same wait (``Throttled.wait``,
+            # which the stubs do not declare).
+            response.data["retry_after"] = math.ceil(getattr(exc, "wait", None) or 0)
     return response
 
 
@@ -63,7 +64,9 @@ class ErrorSerializer(serializers.Serializer):
         "transition_not_allowed, proposal_not_current, throttled, …"
     )
     detail = serializers.CharField(help_text="What happened, in plain words.")
-    fields = serializers.DictField(
+    # The response member ``fields``: DRF's metaclass takes declared fields out of the class, so
+    # this never replaces ``Serializer.fields`` (the stubs see only the class attribute).
+    fields = serializers.DictField(  # type: ignore[assignment]
         child=serializers.ListField(child=serializers.CharField()),
         required=False,
         help_text="invalid: the messages per field (non_field_errors for the whole request).",

@@ -5,7 +5,7 @@ its first) and ``hash``: SHA-256 over a canonical JSON of its own immutable fiel
 ``prev_hash``. Rewriting, deleting or inserting an event in the middle of a chain breaks the
 link at that event; ``verify_chains`` (``manage.py audit_verify``) finds the first broken link.
 
-The chain is extended by ``cases.services.record_event`` only, and correctness relies on every
+The chain is extended by ``cases.kernel.record_event`` only, and correctness relies on every
 writer holding the case's row lock (``lock_case``, or the claim's conditional UPDATE) while it
 appends: the lock serializes the read of the previous hash and the insert, so two events of
 one case never share a predecessor. The event id is not hashed (it is assigned by the insert,

@@ -18,6 +18,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.timesince import timesince
 
+from cases.codes import Action
 from cases.models import TERMINAL_STATUSES, Case, CaseEvent, Status
 
 # The order in which the main line is drawn. Which step leads to which is read from the
@@ -286,91 +287,99 @@ TRANSITION_WORDS: dict[str, tuple[str, str]] = {
     "reopen_for_reversal": ("Reopened to propose reversing the applied change", "alert"),
 }
 
-# Every action code the services write (a test greps the code base for them).
-ACTION_WORDS: dict[str, tuple[str, str]] = {
-    "cases.case.created": ("Case opened by {actor}", ""),
-    "cases.case.transitioned": ("Moved from {from_label} to {to_label}", ""),
-    "cases.case.claimed": ("Claimed by {actor} as {attempt}", ""),
-    "cases.case.reassigned": ("Reassigned by {actor}: owner {owner}, backup {backup}", ""),
-    "cases.case.followup_updated": ("Follow-up updated by {actor}", ""),
-    "cases.case.intent_changed": ("The requested date changed to {to_date}", ""),
-    "cases.case.responsibility_to_backup": ("Responsibility passed to the named backup", ""),
-    "cases.case.responsibility_to_owner": ("Responsibility returned to the owner", ""),
-    "cases.case.legal_hold_set": ("Legal hold placed by {actor}", ""),
-    "cases.case.legal_hold_lifted": ("Legal hold lifted by {actor}", ""),
-    "cases.case.purged": ("Payload purged after retention; the audit trail is kept", "end"),
-    "cases.evidence.recorded": ("Evidence recorded by {actor} ({external_reference})", ""),
-    "cases.cancellation.requested": ("Cancellation requested by {actor}", "alert"),
-    "cases.cancellation.after_change": (
+# Words for every ``Action`` the services write (a test checks every member has some).
+ACTION_WORDS: dict[Action, tuple[str, str]] = {
+    Action.CASE_CREATED: ("Case opened by {actor}", ""),
+    Action.CASE_TRANSITIONED: ("Moved from {from_label} to {to_label}", ""),
+    Action.CASE_CLAIMED: ("Claimed by {actor} as {attempt}", ""),
+    Action.CASE_REASSIGNED: ("Reassigned by {actor}: owner {owner}, backup {backup}", ""),
+    Action.CASE_FOLLOWUP_UPDATED: ("Follow-up updated by {actor}", ""),
+    Action.CASE_INTENT_CHANGED: ("The requested date changed to {to_date}", ""),
+    Action.CASE_RESPONSIBILITY_TO_BACKUP: ("Responsibility passed to the named backup", ""),
+    Action.CASE_RESPONSIBILITY_TO_OWNER: ("Responsibility returned to the owner", ""),
+    Action.CASE_LEGAL_HOLD_SET: ("Legal hold placed by {actor}", ""),
+    Action.CASE_LEGAL_HOLD_LIFTED: ("Legal hold lifted by {actor}", ""),
+    Action.CASE_PURGED: ("Payload purged after retention; the audit trail is kept", "end"),
+    Action.EVIDENCE_RECORDED: ("Evidence recorded by {actor} ({external_reference})", ""),
+    Action.CANCELLATION_REQUESTED: ("Cancellation requested by {actor}", "alert"),
+    Action.CANCELLATION_AFTER_CHANGE: (
         "Cancellation arrived after the change was applied",
         "alert",
     ),
-    "cases.cancellation.refused": (
+    Action.CANCELLATION_REFUSED: (
         "Cancellation by {actor} refused: the case is done, the change applied",
         "alert",
     ),
-    "approvals.approval.expired_during_hold": (
+    Action.APPROVAL_EXPIRED_DURING_HOLD: (
         "{approval} expired during the hold: no new application under it",
         "alert",
     ),
-    "cases.claim.refused": ("Claim refused: a person must start the apply", "alert"),
-    "cases.apply.authorized": ("Apply started by {actor}", ""),
-    "cases.attempt.cancel_requested": ("{attempt} asked to stop", "alert"),
-    "cases.attempt.worker_stopped": ("{attempt} stopped: the worker acknowledged", ""),
-    "cases.attempt.lease_expired": (
+    Action.CLAIM_REFUSED: ("Claim refused: a person must start the apply", "alert"),
+    Action.APPLY_AUTHORIZED: ("Apply started by {actor}", ""),
+    Action.ATTEMPT_CANCEL_REQUESTED: ("{attempt} asked to stop", "alert"),
+    Action.ATTEMPT_WORKER_STOPPED: ("{attempt} stopped: the worker acknowledged", ""),
+    Action.ATTEMPT_LEASE_EXPIRED: (
         "The lease of {attempt} expired: the worker went silent",
         "alert",
     ),
-    "cases.attempt.slot_released": ("{attempt} released its claim", ""),
-    "cases.attempt.late_result_recorded": (
+    Action.ATTEMPT_SLOT_RELEASED: ("{attempt} released its claim", ""),
+    Action.ATTEMPT_LATE_RESULT_RECORDED: (
         "A late result from {attempt} was recorded as evidence",
         "",
     ),
-    "cases.attempt.late_result_refused": (
+    Action.ATTEMPT_LATE_RESULT_REFUSED: (
         "A late result from {attempt} was refused",
         "alert",
     ),
-    "cases.step.applied": (
+    Action.STEP_APPLIED: (
         "Change applied at the order system (order version {order_version})",
         "good",
     ),
-    "cases.step.notified": ("Customer notified", "good"),
-    "cases.notification.sending": ("Sending the customer's notification", ""),
-    "cases.notification.failed": ("The customer's notification could not be sent", "alert"),
-    "cases.notification.may_have_gone": (
+    Action.STEP_NOTIFIED: ("Customer notified", "good"),
+    Action.NOTIFICATION_SENDING: ("Sending the customer's notification", ""),
+    Action.NOTIFICATION_FAILED: ("The customer's notification could not be sent", "alert"),
+    Action.NOTIFICATION_MAY_HAVE_GONE: (
         "The customer's notification may already have gone: not sent again",
         "alert",
     ),
-    "reconciliation.restore.unexpected_replay": (
+    Action.RESTORE_UNEXPECTED_REPLAY: (
         "The order system already had this change: these records were restored from a backup",
         "alert",
     ),
-    "reconciliation.restore.applied_before_restore": (
+    Action.RESTORE_APPLIED_BEFORE_RESTORE: (
         "Applied after the restored backup was taken: the steps that followed are not repeated",
         "alert",
     ),
-    "cases.revocation.requested": ("Authority revoked by {actor}", "alert"),
-    "cases.account.access_revoked": ("The customer's access was revoked by {actor}", "alert"),
-    "cases.account.updated": ("The customer's details were changed by {actor}", ""),
-    "cases.revocation.unsettled_discovered": ("Unsettled work found after the revocation", ""),
-    "cases.revocation.closed_queued": ("Queued work closed after the revocation", ""),
-    "cases.revocation.fenced": ("Fence raised at the order system (token {fence_token})", ""),
-    "cases.revocation.fence_failed": ("The fence could not be raised", "alert"),
-    "approvals.proposal.prepared": ("Proposal prepared by {actor}", ""),
-    "reconciliation.source_check.failed": ("The order source could not be read", "alert"),
-    "reconciliation.order_event.recorded": (
+    Action.RESTORE_ATTEMPT_ENDED: (
+        "{attempt} was running in the restored records: ended as a lost worker",
+        "alert",
+    ),
+    Action.REVOCATION_REQUESTED: ("Authority revoked by {actor}", "alert"),
+    Action.ACCOUNT_ACCESS_REVOKED: ("The customer's access was revoked by {actor}", "alert"),
+    Action.ACCOUNT_UPDATED: ("The customer's details were changed by {actor}", ""),
+    Action.REVOCATION_UNSETTLED_DISCOVERED: ("Unsettled work found after the revocation", ""),
+    Action.REVOCATION_CLOSED_QUEUED: ("Queued work closed after the revocation", ""),
+    Action.REVOCATION_FENCED: ("Fence raised at the order system (token {fence_token})", ""),
+    Action.REVOCATION_FENCE_FAILED: ("The fence could not be raised", "alert"),
+    Action.PROPOSAL_PREPARED: ("Proposal prepared by {actor}", ""),
+    Action.SOURCE_CHECK_FAILED: ("The order source could not be read", "alert"),
+    Action.ORDER_EVENT_RECORDED: (
         "The order system reported a change (order version {order_version})",
         "",
     ),
-    "reconciliation.manual_settlement_needed": (
+    Action.MANUAL_SETTLEMENT_NEEDED: (
         "A person must record the settlement from evidence",
         "alert",
     ),
-    "reconciliation.finding_discarded": (
+    Action.FINDING_DISCARDED: (
         "A reconciliation finding was discarded: the case changed meanwhile",
         "",
     ),
-    "reconciliation.still_unknown": ("Still unknown after reconciliation", "alert"),
+    Action.STILL_UNKNOWN: ("Still unknown after reconciliation", "alert"),
+    Action.RETRIES_EXHAUSTED: (
+        "Reconciliation kept failing: the case stays held for a person to settle",
+        "alert",
+    ),
 }
 
 NEAR = dt.timedelta(minutes=2)
@@ -430,10 +439,10 @@ def event_sentence(event: CaseEvent) -> Sentence:
     if event.from_status and event.to_status and event.from_status != event.to_status:
         moved = f"Moved from {values['from_label']} to {values['to_label']}"
 
-    if event.action == "cases.case.transitioned" and detail.get("transition") in TRANSITION_WORDS:
+    if event.action == Action.CASE_TRANSITIONED and detail.get("transition") in TRANSITION_WORDS:
         pattern, tone = TRANSITION_WORDS[detail["transition"]]
     elif event.action in ACTION_WORDS:
-        pattern, tone = ACTION_WORDS[event.action]
+        pattern, tone = ACTION_WORDS[Action(event.action)]
     else:
         pattern, tone = _fallback_words(event.action).replace("{", "{{").replace("}", "}}"), ""
     text = pattern.format_map(values)

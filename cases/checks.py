@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.conf import settings
 from django.core.checks import Warning, register
 
-# Work bounded by the dispatcher's lease on the case's due time (``cases.dispatch``), which
-# nothing renews while the task waits on one call to the order system. An apply attempt is not
-# here: it renews its lease every heartbeat, also during a call (``cases.claims.keep_alive``),
-# so a short apply lease (a drill's 8 s) with long timeouts is fine.
+# Work bounded only by the dispatcher's lease on the case's due time (the dispatcher moves it
+# forward by the kind's ``lease_seconds``): nothing heartbeats for these kinds, so nothing
+# renews that lease while the task waits on one call to the order system (their
+# ``heartbeat_seconds`` is never read). An apply attempt is not here: it holds a lease of its
+# own on the attempt row, renewed by a heartbeat before each step and every
+# ``heartbeat_seconds`` during its calls to the order system (the write and the look before it,
+# under ``keep_alive`` in the reconciliation app), so a short apply lease (the drills run 2 s)
+# with long timeouts is fine. Its one unrenewed call, the restore check before the claim, may
+# outlast the lease harmlessly: if the ready case is dispatched again meanwhile, the claim's
+# compare-and-set lets only one of the two tasks start an attempt.
 UNRENEWED_CALLERS = ("source_check", "prepare", "reconcile")
 
 
@@ -34,7 +42,9 @@ def one_request_fits_every_unrenewed_lease(app_configs, **kwargs):
     return warnings
 
 
-def _unresolvable(paths) -> list[str]:
+def unresolvable_paths(paths: Iterable[str]) -> list[str]:
+    """The dotted paths among ``paths`` that do not name a callable, sorted, each once (the
+    apps above the kernel check their own task paths with it)."""
     from django.utils.module_loading import import_string
 
     bad = []
@@ -45,20 +55,6 @@ def _unresolvable(paths) -> list[str]:
         except ImportError:
             bad.append(path)
     return bad
-
-
-@register()
-def every_dispatched_task_resolves(app_configs, **kwargs):
-    """A task path the dispatcher enqueues must name a real function: a misspelt one fails only
-    in a real worker (tests replace the enqueue), and the case then waits for nothing."""
-    from django.core.checks import Error
-
-    from cases.dispatch import TASK_FOR_STATUS
-
-    return [
-        Error(f"The task {path!r} does not resolve to a function.", id="holdfast.E002")
-        for path in _unresolvable(func for func, _kind in TASK_FOR_STATUS.values())
-    ]
 
 
 @register("database")
@@ -78,5 +74,5 @@ def every_schedule_resolves(app_configs, databases=None, **kwargs):
         return []  # not migrated yet
     return [
         Error(f"The schedule's task {path!r} does not resolve to a function.", id="holdfast.E003")
-        for path in _unresolvable(funcs)
+        for path in unresolvable_paths(funcs)
     ]

@@ -1,19 +1,31 @@
 """The case record: one customer request, its owner and backup, its status and its audit trail.
 
-Models only hold fields, constraints and in-memory ``@transition`` methods. Every write goes
-through ``cases.services``: it locks, checks the expected version and the actor's permission,
-applies the transition, bumps ``version`` and writes one ``CaseEvent`` in the same transaction.
+Models only hold fields, constraints and in-memory ``@transition`` methods. Every write of a
+case is a step of ``cases.kernel`` (called from the services of each app): it locks, checks the
+expected version and the actor's permission, applies the transition, bumps ``version`` and
+writes one ``CaseEvent`` in the same transaction.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+
+def _conditions(*checks: Callable[[Case], bool]) -> list[Callable[[models.Model], bool]]:
+    """``checks`` as a transition's ``conditions``: django-fsm calls each with the instance the
+    transition runs on (here always a ``Case``), but types them as taking any model."""
+    return cast("list[Callable[[models.Model], bool]]", list(checks))
 
 
 class Team(models.Model):
@@ -137,15 +149,15 @@ def overdue_cutoff(now: dt.datetime | None = None) -> dt.datetime:
     return (now or timezone.now()) - dt.timedelta(minutes=settings.FOLLOW_UP_GRACE_MINUTES)
 
 
-class CaseQuerySet(models.QuerySet):
-    def open(self):
+class CaseQuerySet(models.QuerySet["Case"]):
+    def open(self) -> CaseQuerySet:
         return self.exclude(status__in=TERMINAL_STATUSES)
 
-    def overdue(self, now: dt.datetime | None = None):
+    def overdue(self, now: dt.datetime | None = None) -> CaseQuerySet:
         """Open cases whose follow-up is really late: past the grace that work due now has."""
         return self.open().filter(next_check_at__lt=overdue_cutoff(now))
 
-    def responsible(self, user, on: dt.date | None = None):
+    def responsible(self, user: User, on: dt.date | None = None) -> CaseQuerySet:
         """Cases for which ``user`` is the responsible person today (owner, or backup if away)."""
         on = on or timezone.localdate()
         owner_away = Q(owner__staff_profile__away_until__gte=on)
@@ -191,6 +203,14 @@ class Case(FSMModelMixin, models.Model):
     last_error = models.TextField(blank=True)
     retry_count = models.PositiveIntegerField(
         default=0, help_text="Consecutive transient failures of the current step."
+    )
+    # One counter per kind of work (``cases.retries``): a failed source check never counts
+    # against the apply, nor a failed settlement against either.
+    retry_counts = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Consecutive transient failures per kind of work (apply, source_check, "
+        "reconcile); the kind's bound is its retry policy's.",
     )
     apply_authorized_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -247,9 +267,9 @@ class Case(FSMModelMixin, models.Model):
         return bool(profile and profile.is_away())
 
     @property
-    def responsible_now(self):
+    def responsible_now(self) -> User:
         """The owner, or the named backup while the owner is away."""
-        if self.owner_is_away and self.backup_id:
+        if self.owner_is_away and self.backup is not None:
             return self.backup
         return self.owner
 
@@ -286,7 +306,7 @@ class Case(FSMModelMixin, models.Model):
         field=status,
         source=[Status.NEW, Status.NEEDS_ATTENTION],
         target=Status.WAITING_SOURCE,
-        conditions=[account_verified, account_has_access],
+        conditions=_conditions(account_verified, account_has_access),
         permission="cases.work_case",
         custom={"label": "Check the source now", "manual": True},
     )
@@ -297,7 +317,7 @@ class Case(FSMModelMixin, models.Model):
         field=status,
         source=Status.WAITING_SOURCE,
         target=Status.PREPARING_PROPOSAL,
-        conditions=[account_has_access],
+        conditions=_conditions(account_has_access),
         custom={"label": "Source checked"},
     )
     def source_checked(self):
@@ -316,7 +336,7 @@ class Case(FSMModelMixin, models.Model):
         field=status,
         source=Status.PREPARING_PROPOSAL,
         target=Status.AWAITING_REVIEW,
-        conditions=[account_has_access],
+        conditions=_conditions(account_has_access),
         custom={"label": "Submit for review"},
     )
     def submit_for_review(self):
@@ -326,7 +346,7 @@ class Case(FSMModelMixin, models.Model):
         field=status,
         source=Status.AWAITING_REVIEW,
         target=Status.READY,
-        conditions=[account_has_access],
+        conditions=_conditions(account_has_access),
         custom={"label": "Approve"},
     )
     def approve(self):
@@ -363,7 +383,7 @@ class Case(FSMModelMixin, models.Model):
         field=status,
         source=Status.READY,
         target=Status.APPLYING,
-        conditions=[account_has_access],
+        conditions=_conditions(account_has_access),
         custom={"label": "Claim"},
     )
     def claim(self):
@@ -418,7 +438,7 @@ class Case(FSMModelMixin, models.Model):
         field=status,
         source=Status.HELD,
         target=Status.READY,
-        conditions=[account_has_access],
+        conditions=_conditions(account_has_access),
         custom={"label": "Proven absent: may apply again"},
     )
     def settle_absent(self):
@@ -428,7 +448,7 @@ class Case(FSMModelMixin, models.Model):
         field=status,
         source=[*SENDABLE_STATUSES, Status.APPLYING],
         target=Status.NEEDS_ATTENTION,
-        conditions=[nothing_in_flight],
+        conditions=_conditions(nothing_in_flight),
         permission="cases.work_case",
         custom={"label": "Escalate to a person", "manual": True},
     )
@@ -442,7 +462,7 @@ class Case(FSMModelMixin, models.Model):
         field=status,
         source=Status.NEEDS_ATTENTION,
         target=Status.READY,
-        conditions=[account_has_access, has_approved_proposal],
+        conditions=_conditions(account_has_access, has_approved_proposal),
         permission="cases.lead_case",
         custom={"label": "Put back in the apply queue", "manual": True},
     )
@@ -453,7 +473,7 @@ class Case(FSMModelMixin, models.Model):
         field=status,
         source=[*SENDABLE_STATUSES, Status.NEEDS_ATTENTION],
         target=Status.CANCELLED,
-        conditions=[nothing_applied],
+        conditions=_conditions(nothing_applied),
         permission="cases.work_case",
         custom={"label": "Cancel", "manual": True},
     )
@@ -473,7 +493,7 @@ class Case(FSMModelMixin, models.Model):
         field=status,
         source=[*SENDABLE_STATUSES, Status.NEEDS_ATTENTION],
         target=Status.STOPPED,
-        conditions=[nothing_in_flight, nothing_applied],
+        conditions=_conditions(nothing_in_flight, nothing_applied),
         permission="cases.lead_case",
         custom={"label": "Stop the work", "manual": True},
     )
@@ -496,7 +516,7 @@ class Case(FSMModelMixin, models.Model):
         field=status,
         source=Status.DONE,
         target=Status.PREPARING_PROPOSAL,
-        conditions=[account_has_access, has_late_cancellation],
+        conditions=_conditions(account_has_access, has_late_cancellation),
         custom={"label": "Propose reversal"},
     )
     def reopen_for_reversal(self):

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from cases.actions import case_actions, who_may
+from cases.extensions import case_deciders
 from cases.models import Case, Status, WaitingOn, overdue_cutoff
 
 _HEADLINES = {
@@ -84,13 +85,12 @@ def _names(people) -> str:
 
 
 def _approvers(case: Case) -> str:
-    """The people who may decide the proposal awaiting review (never its preparer)."""
-    proposal = case.proposals.filter(status="awaiting_review").first()
-    if proposal is None:
+    """The people who may decide the proposal awaiting review (never its preparer), by the
+    registered provider's rule (``cases.extensions.case_deciders``: approvals' own)."""
+    deciders = case_deciders(case)
+    if deciders is None:
         return f"an approver of {case.team} other than the proposal's preparer"
-    from approvals.selectors import eligible_approvers  # the proposal's own rule
-
-    names = _names(eligible_approvers(proposal))
+    names = _names(deciders)
     if not names:
         return f"nobody yet: {case.team} has no approver other than the proposal's preparer"
     return names

@@ -13,11 +13,12 @@ import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from cases.codes import Action
 from cases.exceptions import CaseError
+from cases.kernel import Actor, Worker, bump_and_save, case_step, record_event
 from cases.models import (
     TERMINAL_STATUSES,
     Attempt,
@@ -25,7 +26,6 @@ from cases.models import (
     Case,
     EvidenceReference,
 )
-from cases.services import Actor, Worker, _bump_and_save, _require, lock_case, record_event
 
 # Free-text fields of the case that may carry what the customer or staff wrote.
 PAYLOAD_FIELDS = ("note", "outstanding_question", "waiting_reason", "last_error")
@@ -122,15 +122,17 @@ def case_purge(
     """
     now = now or timezone.now()
     today = today or timezone.localdate(now)
-    with transaction.atomic():
-        case = lock_case(case)
-        _require(actor, "cases.lead_case", case, "purge the case")
+    with case_step(case, actor=actor, permission="cases.lead_case", what="purge the case") as case:
         refusals = purge_refusals(case, today=today)
         if refusals:
             raise PurgeRefused(
                 f"{case.reference} cannot be purged: {describe(refusals)}.",
                 refusals=refusals,
             )
+        # No refusal means a retention date: without one a case is refused as "open" or
+        # "no_retention_date".
+        retention_until = case.retention_until
+        assert retention_until is not None
         evidence_deleted, _ = EvidenceReference.objects.filter(case=case).delete()
         cancellation_texts = (
             CancellationRequest.objects.filter(case=case).exclude(reason="").update(reason="")
@@ -140,20 +142,20 @@ def case_purge(
             setattr(case, name, "")
         case.request_key = f"purged-{case.pk}"
         case.purged_at = now
-        _bump_and_save(case, [*PAYLOAD_FIELDS, "request_key", "purged_at"])
+        bump_and_save(case, [*PAYLOAD_FIELDS, "request_key", "purged_at"])
         record_event(
             case=case,
-            action="cases.case.purged",
+            action=Action.CASE_PURGED,
             actor=actor,
             reason=(
-                f"Retention ended {case.retention_until:%Y-%m-%d}: payload purged, audit trail kept"
+                f"Retention ended {retention_until:%Y-%m-%d}: payload purged, audit trail kept"
             ),
             detail={
                 "evidence_references_deleted": evidence_deleted,
                 "fields_blanked": blanked,
                 "request_key_replaced": True,
                 "cancellation_texts_blanked": cancellation_texts,
-                "retention_until": case.retention_until.isoformat(),
+                "retention_until": retention_until.isoformat(),
                 "events_kept": case.events.count(),
             },
         )

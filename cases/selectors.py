@@ -10,6 +10,7 @@ from cases.models import (
     CancellationRequest,
     Case,
     CaseEvent,
+    CaseQuerySet,
     CustomerAccount,
     EvidenceReference,
     Team,
@@ -26,7 +27,7 @@ def teams_for(user) -> QuerySet[Team]:
     return Team.objects.filter(members=user)
 
 
-def cases_for(user) -> QuerySet[Case]:
+def cases_for(user) -> CaseQuerySet:
     """Cases the user may see: those of their teams (all of them for a superuser)."""
     if user is None or not user.is_authenticated:
         return Case.objects.none()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.contrib.auth.base_user import AbstractBaseUser
 from rest_framework import serializers
 
 from cases import validation
@@ -10,7 +11,7 @@ from cases.next_action import describe_next_action
 from cases.services import MANUAL_TRANSITIONS
 
 
-def _username(user) -> str | None:
+def _username(user: AbstractBaseUser | None) -> str | None:
     return user.get_username() if user is not None else None
 
 
@@ -173,14 +174,14 @@ class CaseListSerializer(serializers.ModelSerializer):
             "updated_at",
         ]
 
-    def get_owner(self, case) -> str:
-        return _username(case.owner)
+    def get_owner(self, case: Case) -> str:
+        return case.owner.get_username()
 
-    def get_backup(self, case) -> str | None:
+    def get_backup(self, case: Case) -> str | None:
         return _username(case.backup)
 
-    def get_responsible_now(self, case) -> str:
-        return _username(case.responsible_now)
+    def get_responsible_now(self, case: Case) -> str:
+        return case.responsible_now.get_username()
 
 
 class CaseDetailSerializer(CaseListSerializer):
@@ -216,6 +217,6 @@ class CaseDetailSerializer(CaseListSerializer):
         return describe_next_action(case).text
 
     def get_allowed_transitions(self, case) -> list[str]:
-        from cases.services import available_transitions
+        from cases.actions import allowed_transitions
 
-        return available_transitions(case, self.context["request"].user)
+        return allowed_transitions(case, self.context["request"].user)

@@ -1,113 +1,64 @@
-"""The only code that writes cases.
+"""The kernel's use cases: what people, integrations and workers do to a case.
 
-Every function is keyword-only and runs in one transaction: lock the case row, check the
-expected version and the actor's permission explicitly (django-fsm-2 does not enforce
-``permission=``), apply the transition, bump ``version`` and write exactly one ``CaseEvent``.
+Each public function is keyword-only and makes its change as kernel steps
+(``cases.kernel.case_step``): one transaction that locks the case row, checks the actor's
+permission explicitly (django-fsm-2 does not enforce ``permission=``) and the expected version,
+applies the transition, bumps ``version`` and writes exactly one ``CaseEvent`` per bump.
 Follow-up work is scheduled with ``transaction.on_commit``, never inside the transaction.
+
+This is not the only code that writes cases: ``cases.retention`` and the apps above the kernel
+(``approvals``, ``reconciliation``) write them too. All of them write through the primitives of
+``cases.kernel`` (lock, check, transition, bump, audit), which is what keeps those invariants
+wherever the write happens.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import os
-import socket
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django_fsm import can_proceed
 
 from cases import validation
+from cases.attempts import attempts_request_stop
+from cases.codes import Action
 from cases.exceptions import (
     ActionNotPermitted,
     InvalidCaseInput,
     TransitionRejected,
-    VersionConflict,
 )
+from cases.extensions import before_evidence_replaced
 from cases.fencing import counter_next
+from cases.kernel import (
+    KEEP,
+    Actor,
+    Keep,
+    Worker,
+    actor_label,
+    allowed_now,
+    apply_transition,
+    bump_and_save,
+    case_step,
+    check_version,
+    lock_case,
+    record_event,
+    record_fact,
+    user_or_none,
+)
 from cases.models import (
-    TERMINAL_STATUSES,
     Case,
-    CaseEvent,
     CustomerAccount,
     EvidenceReference,
     Status,
     WaitingOn,
 )
+from cases.retries import retries_reset
 from cases.scheduling import enqueue_on_commit
 
-
-@dataclass(frozen=True)
-class Worker:
-    """A non-human actor: a background worker or the system itself."""
-
-    label: str
-
-    @classmethod
-    def current(cls, kind: str = "worker") -> Worker:
-        return cls(f"{kind}:{socket.gethostname()}:{os.getpid()}")
-
-
-SYSTEM = Worker("system")
-Actor = AbstractBaseUser | Worker
-
-
-def actor_label(actor: Actor) -> str:
-    return actor.label if isinstance(actor, Worker) else actor.get_username()
-
-
-def _user_or_none(actor: Actor):
-    return None if isinstance(actor, Worker) else actor
-
-
-def actor_may(actor: Actor, perm: str | None, case: Case) -> bool:
-    """Workers act for the system; people need the permission and membership of the team."""
-    if isinstance(actor, Worker):
-        return True
-    if not actor.is_active:
-        return False
-    if actor.is_superuser:
-        return True
-    if perm and not actor.has_perm(perm):
-        return False
-    return case.team.members.filter(pk=actor.pk).exists()
-
-
-def _require(actor: Actor, perm: str, case: Case, what: str) -> None:
-    if not actor_may(actor, perm, case):
-        raise ActionNotPermitted(f"{actor_label(actor)} may not {what} on {case.reference}.")
-
-
 # --- transitions ------------------------------------------------------------------------------
-
-# What each transition means for who must answer next. Services may override per call.
-_WAITING_AFTER: dict[str, tuple[str, str]] = {
-    "request_source_check": (WaitingOn.ORDER_SYSTEM, "Reading the order from the order system"),
-    "source_checked": (WaitingOn.WORKER, "Preparing a proposal from current evidence"),
-    "source_changed": (WaitingOn.ORDER_SYSTEM, "The order changed; reading it again"),
-    "submit_for_review": (WaitingOn.APPROVERS, "A proposal waits for an approver's decision"),
-    "approve": (WaitingOn.WORKER, "Approved; queued for an authorized worker"),
-    "reject": (WaitingOn.OWNER, "The proposal was rejected; prepare another"),
-    "revise": (WaitingOn.OWNER, "The intended change changed; a new proposal is needed"),
-    "approval_expired": (WaitingOn.APPROVERS, "The approval expired; a fresh decision is needed"),
-    "claim": (WaitingOn.WORKER, "A worker is applying the change"),
-    "retry_later": (WaitingOn.ORDER_SYSTEM, "The order system was unavailable; retrying later"),
-    "hold": (WaitingOn.OWNER, "The outcome is unknown; reconcile from evidence"),
-    "hold_for_recovery": (WaitingOn.OWNER, "Restored from backup: reconcile first"),
-    "complete": (WaitingOn.NOBODY, ""),
-    "settle_absent": (WaitingOn.WORKER, "Proven not applied; queued to apply again"),
-    "resume_steps": (WaitingOn.WORKER, "Proven applied; the steps after apply resume"),
-    "reopen_for_reversal": (WaitingOn.OWNER, "Reversal proposed: it needs its own approval"),
-    "settle_cancelled": (WaitingOn.NOBODY, ""),
-    "settle_stopped": (WaitingOn.NOBODY, ""),
-    "escalate": (WaitingOn.OWNER, "Needs a person's decision"),
-    "requeue": (WaitingOn.WORKER, "Back in the apply queue; every guard is checked again"),
-    "cancel": (WaitingOn.NOBODY, ""),
-    "stop": (WaitingOn.NOBODY, ""),
-}
 
 MANUAL_TRANSITIONS = ("request_source_check", "requeue", "escalate", "cancel", "stop")
 
@@ -121,132 +72,6 @@ def transition_meta(name: str) -> dict[str, Any]:
     return {"permission": any_transition.permission, "custom": any_transition.custom}
 
 
-def available_transitions(case: Case, actor: Actor | None = None) -> list[str]:
-    """Manual transitions permitted now (all guards hold), and for ``actor`` if given: the
-    transitions of ``cases.actions.case_actions``, the one list every surface shows."""
-    from cases.actions import allowed_transitions
-
-    return allowed_transitions(case, actor)
-
-
-def lock_case(case_or_pk: Case | int) -> Case:
-    """Re-read the case under a row lock (PostgreSQL); call inside ``transaction.atomic``."""
-    pk = case_or_pk.pk if isinstance(case_or_pk, Case) else case_or_pk
-    return (
-        Case.objects.select_for_update(of=("self",))
-        .select_related("account", "team", "owner__staff_profile", "backup")
-        .get(pk=pk)
-    )
-
-
-def _check_version(case: Case, expected_version: int | None) -> None:
-    if expected_version is not None and case.version != expected_version:
-        raise VersionConflict(expected=expected_version, current=case.version)
-
-
-def record_event(
-    *,
-    case: Case,
-    action: str,
-    actor: Actor,
-    reason: str = "",
-    from_status: str = "",
-    to_status: str = "",
-    detail: dict | None = None,
-) -> CaseEvent:
-    """Append one audit event for the version the case has now, linked into the case's hash
-    chain (``cases/audit.py``). The caller holds the case's row lock: that lock is what makes
-    reading the chain's head and inserting the next link one step."""
-    from cases.audit import event_hash
-
-    user = _user_or_none(actor)
-    fields = {
-        "action": action,
-        "from_status": from_status,
-        "to_status": to_status,
-        "reason": reason,
-        "actor_label": actor_label(actor),
-        "version": case.version,
-        "detail": detail or {},
-        "created_at": timezone.now(),
-    }
-    head = CaseEvent.objects.filter(case_id=case.pk).order_by("-id").values_list("hash", flat=True)
-    prev_hash = head.first() or ""
-    return CaseEvent.objects.create(
-        case=case,
-        actor=user,
-        prev_hash=prev_hash,
-        hash=event_hash(
-            case_id=case.pk, actor_id=getattr(user, "pk", None), prev_hash=prev_hash, **fields
-        ),
-        **fields,
-    )
-
-
-def record_fact(*, case: Case, **event) -> CaseEvent:
-    """A fact about the case that is not a status change: it still produces a new version, so
-    every event names the version it produced."""
-    _bump_and_save(case, [])
-    return record_event(case=case, **event)
-
-
-def _bump_and_save(case: Case, fields: list[str]) -> None:
-    case.version += 1
-    case.save(update_fields=sorted({*fields, "version", "updated_at"}))
-
-
-def apply_transition(
-    case: Case,
-    name: str,
-    *,
-    actor: Actor,
-    reason: str,
-    detail: dict | None = None,
-    waiting: tuple[str, str] | None = None,
-    next_check_at: dt.datetime | None | bool = False,
-    **changes: Any,
-) -> CaseEvent:
-    """Run transition ``name`` on a case locked by the caller, save it and audit it.
-
-    ``changes`` are extra field values saved with the transition; ``next_check_at=False``
-    leaves the follow-up time alone, ``None`` clears it.
-    """
-    method = getattr(case, name)
-    if not can_proceed(method):
-        raise TransitionRejected(
-            f"{case.reference} is {case.get_status_display().lower()}: "
-            f"'{name}' is not allowed now.",
-            allowed=available_transitions(case, actor),
-        )
-    from_status = case.status
-    method()
-    waiting_on, waiting_reason = waiting or _WAITING_AFTER.get(name, (WaitingOn.NOBODY, ""))
-    case.waiting_on, case.waiting_reason = waiting_on, waiting_reason[:200]
-    fields = ["status", "waiting_on", "waiting_reason", *changes]
-    for field, value in changes.items():
-        setattr(case, field, value)
-    if next_check_at is not False:
-        case.next_check_at = next_check_at
-        fields.append("next_check_at")
-    if case.status in TERMINAL_STATUSES:
-        case.closed_at = timezone.now()
-        case.retention_until = timezone.localdate() + dt.timedelta(
-            days=settings.CASE_RETENTION_DAYS
-        )
-        case.next_check_at = None
-        fields += ["closed_at", "retention_until", "next_check_at"]
-    _bump_and_save(case, fields)
-    return record_event(
-        case=case,
-        action="cases.case.transitioned",
-        actor=actor,
-        reason=reason,
-        from_status=from_status,
-        to_status=case.status,
-        detail={"transition": name, **(detail or {})},
-    )
-
-
 def case_transition(
     *, case: Case, transition: str, expected_version: int, reason: str, actor: Actor
 ) -> Case:
@@ -254,7 +79,7 @@ def case_transition(
     if transition not in MANUAL_TRANSITIONS:
         raise TransitionRejected(
             f"'{transition}' cannot be requested by hand; the workflow drives it.",
-            allowed=available_transitions(case, actor),
+            allowed=allowed_now(case, actor),
         )
     if not reason.strip():
         raise InvalidCaseInput("Give a reason.", fields={"reason": ["A reason is required."]})
@@ -264,7 +89,7 @@ def case_transition(
     if transition == "cancel":
         fresh = Case.objects.get(pk=case.pk)
         if fresh.is_terminal:
-            _check_version(fresh, expected_version)
+            check_version(fresh, expected_version)
             raise TransitionRejected(
                 f"{fresh.reference} is {fresh.get_status_display().lower()}: nothing to cancel.",
                 allowed=[],
@@ -276,19 +101,23 @@ def case_transition(
             via="transition",
             expected_version=expected_version,
         )
-    with transaction.atomic():
-        case = lock_case(case)
-        _require(actor, transition_meta(transition)["permission"], case, f"'{transition}'")
-        _check_version(case, expected_version)
+    with case_step(
+        case,
+        actor=actor,
+        permission=transition_meta(transition)["permission"],
+        what=f"'{transition}'",
+        expected_version=expected_version,
+    ) as case:
         if transition == "request_source_check":
-            # The order is read again: any proposal rests on evidence about to be replaced.
-            from approvals.services import proposals_withdraw_open
-
-            proposals_withdraw_open(case, f"Source re-check requested: {reason.strip()}")
+            # The order is read again: whatever rests on the evidence about to be replaced
+            # (approvals: the open proposal) is withdrawn here, under this lock.
+            before_evidence_replaced(case, f"Source re-check requested: {reason.strip()}")
         due_now = transition in {"request_source_check", "requeue"}
-        next_check = timezone.now() if due_now else False
+        next_check = timezone.now() if due_now else KEEP
         # A person asked for a fresh read: the bounded count of failed checks starts again.
-        restart: dict[str, Any] = {"retry_count": 0} if transition == "request_source_check" else {}
+        restart: dict[str, Any] = (
+            retries_reset(case, "source_check") if transition == "request_source_check" else {}
+        )
         apply_transition(
             case,
             transition,
@@ -381,7 +210,7 @@ def case_intake(
             )
             record_event(
                 case=case,
-                action="cases.case.created",
+                action=Action.CASE_CREATED,
                 actor=actor,
                 reason="Customer request received",
                 to_status=case.status,
@@ -411,10 +240,13 @@ def case_assign(
     *, case: Case, expected_version: int, owner, backup, reason: str, actor: Actor
 ) -> Case:
     """Hand the case to an owner and a named backup, both members of the case's team."""
-    with transaction.atomic():
-        case = lock_case(case)
-        _require(actor, "cases.lead_case", case, "reassign the case")
-        _check_version(case, expected_version)
+    with case_step(
+        case,
+        actor=actor,
+        permission="cases.lead_case",
+        what="reassign the case",
+        expected_version=expected_version,
+    ) as case:
         errors: dict[str, list[str]] = {}
         members = case.team.members
         if not members.filter(pk=owner.pk).exists():
@@ -427,10 +259,10 @@ def case_assign(
             raise InvalidCaseInput("The assignment is not valid.", fields=errors)
         before = {"owner": case.owner.get_username(), "backup": _name(case.backup)}
         case.owner, case.backup = owner, backup
-        _bump_and_save(case, ["owner", "backup"])
+        bump_and_save(case, ["owner", "backup"])
         record_event(
             case=case,
-            action="cases.case.reassigned",
+            action=Action.CASE_REASSIGNED,
             actor=actor,
             reason=reason or "Reassigned",
             detail={
@@ -451,33 +283,37 @@ def case_update_followup(
     expected_version: int,
     actor: Actor,
     outstanding_question: str | None = None,
-    next_check_at: dt.datetime | None | bool = False,
+    next_check_at: dt.datetime | None | Keep = KEEP,
     reason: str = "",
 ) -> Case:
-    """Record what the case is waiting to learn and when to look at it again."""
+    """Record what the case is waiting to learn and when to look at it again
+    (``next_check_at``: ``KEEP`` leaves it alone, ``None`` clears it)."""
     validation.ensure_valid(
         outstanding_question=validation.text_errors(
             outstanding_question or "", max_length=validation.REASON_MAX_LENGTH
         ),
         reason=validation.text_errors(reason, max_length=validation.REASON_MAX_LENGTH),
     )
-    with transaction.atomic():
-        case = lock_case(case)
-        _require(actor, "cases.work_case", case, "update the follow-up")
-        _check_version(case, expected_version)
+    with case_step(
+        case,
+        actor=actor,
+        permission="cases.work_case",
+        what="update the follow-up",
+        expected_version=expected_version,
+    ) as case:
         changed: dict[str, Any] = {}
         if outstanding_question is not None and outstanding_question != case.outstanding_question:
             changed["outstanding_question"] = outstanding_question
-        if next_check_at is not False and next_check_at != case.next_check_at:
+        if not isinstance(next_check_at, Keep) and next_check_at != case.next_check_at:
             changed["next_check_at"] = next_check_at
         if not changed:
             return case
         for field, value in changed.items():
             setattr(case, field, value)
-        _bump_and_save(case, list(changed))
+        bump_and_save(case, list(changed))
         record_event(
             case=case,
-            action="cases.case.followup_updated",
+            action=Action.CASE_FOLLOWUP_UPDATED,
             actor=actor,
             reason=reason or "Follow-up updated",
             detail={
@@ -531,15 +367,18 @@ def evidence_record(
         summary=validation.text_errors(reference.get("summary", ""), max_length=280, required=True),
         order_version=validation.order_version_errors(reference.get("order_version")),
     )
-    with transaction.atomic():
-        case = lock_case(case)
-        _require(actor, "cases.add_evidencereference", case, "record evidence")
-        _check_version(case, expected_version)
+    with case_step(
+        case,
+        actor=actor,
+        permission="cases.add_evidencereference",
+        what="record evidence",
+        expected_version=expected_version,
+    ) as case:
         evidence = evidence_add(case=case, actor=actor, **reference)
-        _bump_and_save(case, [])
+        bump_and_save(case, [])
         record_event(
             case=case,
-            action="cases.evidence.recorded",
+            action=Action.EVIDENCE_RECORDED,
             actor=actor,
             reason=evidence.summary,
             detail={
@@ -596,10 +435,10 @@ def staff_set_away(*, user, away_until: dt.date | None, actor: Actor) -> None:
                     f"Responsibility passes to {_full_name(case.backup)}, the named backup, "
                     f"while {_full_name(user)} is away until {away_until:%Y-%m-%d}"
                 )
-                action = "cases.case.responsibility_to_backup"
+                action = Action.CASE_RESPONSIBILITY_TO_BACKUP
             else:
                 reason = f"{_full_name(user)} is back: responsibility returns to the owner"
-                action = "cases.case.responsibility_to_owner"
+                action = Action.CASE_RESPONSIBILITY_TO_OWNER
             record_fact(
                 case=case,
                 action=action,
@@ -607,7 +446,7 @@ def staff_set_away(*, user, away_until: dt.date | None, actor: Actor) -> None:
                 reason=reason,
                 detail={
                     "owner": user.get_username(),
-                    "backup": case.backup.get_username(),
+                    "backup": _name(case.backup),
                     "away_until": away_until.isoformat() if away_until else None,
                 },
             )
@@ -653,32 +492,36 @@ def case_cancel_request(
         reason=validation.text_errors(reason, max_length=validation.REASON_MAX_LENGTH)
     )
     unsent_decision_check(Case.objects.get(pk=case.pk))
-    with transaction.atomic():
-        case, refused = _cancel_under_lock(case, actor, reason, via, expected_version)
+    with case_step(
+        case,
+        actor=actor,
+        permission="cases.work_case",
+        what="cancel the case",
+        expected_version=expected_version,
+    ) as case:
+        refused = _cancel_under_lock(case, actor, reason, via)
     if refused is not None:
         raise refused  # after the commit: the refused request stays on record
     return case
 
 
 def _cancel_under_lock(
-    case: Case, actor: Actor, reason: str, via: str, expected_version: int | None
-) -> tuple[Case, TransitionRejected | None]:
-    """``case_cancel_request`` inside its transaction: the case, and the refusal to raise once
-    the transaction has committed (a refused request is recorded, not rolled back)."""
+    case: Case, actor: Actor, reason: str, via: str
+) -> TransitionRejected | None:
+    """``case_cancel_request`` inside its step, on the locked and checked case: the refusal
+    to raise once the transaction has committed (a refused request is recorded, not rolled
+    back), or None."""
     from cases.models import CancellationRequest
 
-    case = lock_case(case)
-    _require(actor, "cases.work_case", case, "cancel the case")
-    _check_version(case, expected_version)
     if case.status in {Status.CANCELLED, Status.STOPPED}:
-        return case, None
+        return None
     if case.status == Status.DONE:
-        return case, _cancellation_refused(case, actor, reason, via)
+        return _cancellation_refused(case, actor, reason, via)
     request = CancellationRequest.objects.create(
         case=case,
         reason=reason.strip(),
         via=via,
-        requested_by=_user_or_none(actor),
+        requested_by=user_or_none(actor),
         requested_by_label=actor_label(actor),
     )
     if not case.nothing_applied():
@@ -691,15 +534,15 @@ def _cancel_under_lock(
         request.settled_at = timezone.now()
         request.save(update_fields=["outcome", "settled_at"])
         case.outstanding_question = note
-        _bump_and_save(case, ["outstanding_question"])
+        bump_and_save(case, ["outstanding_question"])
         record_event(
             case=case,
-            action="cases.cancellation.after_change",
+            action=Action.CANCELLATION_AFTER_CHANGE,
             actor=actor,
             reason=f"{reason.strip()} — {note}",
             detail={"cancellation_id": request.pk, "via": via},
         )
-        return case, None
+        return None
     if can_proceed(case.cancel):
         apply_transition(
             case,
@@ -711,32 +554,25 @@ def _cancel_under_lock(
         request.outcome = CancellationRequest.Outcome.CANCELLED
         request.settled_at = timezone.now()
         request.save(update_fields=["outcome", "settled_at"])
-        return case, None
+        return None
     # Applying or held: the change may already be at the order system. The request is
     # saved; a running attempt is asked to stop; the evidence decides the outcome.
-    from cases.models import Attempt
-
-    _bump_and_save(case, [])
+    bump_and_save(case, [])
     record_event(
         case=case,
-        action="cases.cancellation.requested",
+        action=Action.CANCELLATION_REQUESTED,
         actor=actor,
         reason=reason.strip(),
         detail={"cancellation_id": request.pk, "via": via, "status": case.status},
     )
-    for attempt in case.attempts.filter(state=Attempt.State.RUNNING):
-        Attempt.objects.filter(pk=attempt.pk, state=Attempt.State.RUNNING).update(
-            state=Attempt.State.CANCEL_REQUESTED, cancel_requested_at=timezone.now()
-        )
-        record_fact(
-            case=case,
-            action="cases.attempt.cancel_requested",
-            actor=actor,
-            reason=f"Cancellation requested for {attempt.reference}: it stops at its next "
-            "heartbeat; if it already sent the change, the evidence decides",
-            detail={"attempt": attempt.reference, "cancellation_id": request.pk},
-        )
-    return case, None
+    attempts_request_stop(
+        case,
+        actor=actor,
+        reason="Cancellation requested for {attempt}: it stops at its next heartbeat; if it "
+        "already sent the change, the evidence decides",
+        detail={"cancellation_id": request.pk},
+    )
+    return None
 
 
 def _cancellation_refused(case: Case, actor: Actor, reason: str, via: str) -> TransitionRejected:
@@ -752,14 +588,14 @@ def _cancellation_refused(case: Case, actor: Actor, reason: str, via: str) -> Tr
         case=case,
         reason=reason.strip(),
         via=via,
-        requested_by=_user_or_none(actor),
+        requested_by=user_or_none(actor),
         requested_by_label=actor_label(actor),
         outcome=CancellationRequest.Outcome.REFUSED,
         settled_at=timezone.now(),
     )
     record_fact(
         case=case,
-        action="cases.cancellation.refused",
+        action=Action.CANCELLATION_REFUSED,
         actor=actor,
         reason=f"{reason.strip()} — refused: {text}",
         detail={"cancellation_id": request.pk, "via": via, "status": case.status},
@@ -776,17 +612,17 @@ def case_set_legal_hold(
     validation.ensure_valid(
         reason=validation.text_errors(reason, max_length=validation.REASON_MAX_LENGTH)
     )
-    with transaction.atomic():
-        case = lock_case(case)
-        _require(actor, "cases.lead_case", case, "change the legal hold")
+    with case_step(
+        case, actor=actor, permission="cases.lead_case", what="change the legal hold"
+    ) as case:
         if case.legal_hold == hold:
             return case  # already as asked: nothing to change, whatever version was seen
-        _check_version(case, expected_version)
+        check_version(case, expected_version)
         case.legal_hold = hold
-        _bump_and_save(case, ["legal_hold"])
+        bump_and_save(case, ["legal_hold"])
         record_event(
             case=case,
-            action="cases.case.legal_hold_set" if hold else "cases.case.legal_hold_lifted",
+            action=Action.CASE_LEGAL_HOLD_SET if hold else Action.CASE_LEGAL_HOLD_LIFTED,
             actor=actor,
             reason=reason.strip(),
         )
@@ -884,7 +720,7 @@ def account_update(
         for pk in locked.cases.open().order_by("pk").values_list("pk", flat=True):
             record_fact(
                 case=lock_case(pk),
-                action="cases.account.updated",
+                action=Action.ACCOUNT_UPDATED,
                 actor=actor,
                 reason=f"{locked.reference}: {', '.join(changed)} changed. {reason.strip()}",
                 detail={"account": locked.reference, "fields": changed},
@@ -894,7 +730,8 @@ def account_update(
 
 def cancellations_mark_after_change(case: Case) -> str:
     """Pending cancellations of a case whose change is applied arrived after the change.
-    Returns the note for the case ('' when there were none)."""
+    Returns the note for the case ('' when there were none). Called only by
+    ``reconciliation.complete.case_complete``, the one way an applied case moves on."""
     from cases.models import CancellationRequest
 
     late = case.cancellations.filter(outcome=CancellationRequest.Outcome.PENDING)

@@ -29,6 +29,13 @@ def _run(*args: str, env: dict[str, str]) -> None:
     subprocess.run([PY, *args], cwd=ROOT, env=env, check=True)
 
 
+def _spawn(*args: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """This interpreter with ``args``, started in its own session: Ctrl-C reaches only the
+    supervisor, which stops each child once with SIGTERM (django-q2 mishandles a second signal
+    during shutdown)."""
+    return subprocess.Popen([PY, *args], cwd=ROOT, env=env, start_new_session=True)
+
+
 def _wait_for(url: str, seconds: float = 30) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -74,28 +81,21 @@ def main() -> int:
     _run("manage.py", "load_demo", env=env)
     _run("manage.py", "recover_after_restore", "--if-restored", env=env)
 
-    # Each child in its own session: Ctrl-C reaches only this supervisor, which stops each
-    # child once with SIGTERM (django-q2 mishandles a second signal during shutdown).
-    spawn = {"cwd": ROOT, "env": env, "start_new_session": True}
+    # Each child in its own session (``_spawn``).
     children = {
-        "order system": subprocess.Popen(
-            [
-                PY,
-                "-m",
-                "orders",
-                "serve",
-                "--host",
-                host,
-                "--port",
-                str(orders_port),
-                "--no-migrate",
-            ],
-            **spawn,
+        "order system": _spawn(
+            "-m",
+            "orders",
+            "serve",
+            "--host",
+            host,
+            "--port",
+            str(orders_port),
+            "--no-migrate",
+            env=env,
         ),
-        "web app": subprocess.Popen(
-            [PY, "manage.py", "runserver", f"{host}:{web_port}", "--noreload"], **spawn
-        ),
-        "worker cluster": subprocess.Popen([PY, "manage.py", "qcluster"], **spawn),
+        "web app": _spawn("manage.py", "runserver", f"{host}:{web_port}", "--noreload", env=env),
+        "worker cluster": _spawn("manage.py", "qcluster", env=env),
     }
 
     def stop(*_args) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import NotRequired, TypedDict
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -66,6 +67,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Static files from STATIC_ROOT (collectstatic), before sessions and auth do any work.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -117,6 +120,18 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(env_str("STATIC_ROOT", str(VAR_DIR / "static")))
+# WhiteNoise serves the static files in every process. In production they come from STATIC_ROOT,
+# filled by ``manage.py collectstatic`` with compressed copies and hashed names (cached for a
+# year); outside production straight from the apps, so development and tests need no
+# collectstatic.
+if PRODUCTION:
+    STORAGES = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    }
+else:
+    WHITENOISE_USE_FINDERS = True
+    WHITENOISE_AUTOREFRESH = True
 
 LOGIN_URL = "admin:login"
 
@@ -248,7 +263,27 @@ DELIVERY_DATE_HORIZON_DAYS = env_int("DELIVERY_DATE_HORIZON_DAYS", 365, minimum=
 # One retry layer: Holdfast's services decide about retries. django-q2 must neither re-deliver
 # a running task (retry > timeout) nor retry a failed one by itself (max_attempts=1).
 REDIS_URL = env_str("REDIS_URL", "")
-Q_CLUSTER = {
+
+
+class QClusterOptions(TypedDict):
+    """The django-q2 options Holdfast sets (and reads back: ``timeout`` in the sweeper); exactly
+    one broker, ``redis`` or ``orm``."""
+
+    name: str
+    workers: int
+    timeout: int
+    retry: int
+    max_attempts: int
+    ack_failures: bool
+    save_limit: int
+    catch_up: bool
+    poll: float
+    label: str
+    redis: NotRequired[str]
+    orm: NotRequired[str]
+
+
+Q_CLUSTER: QClusterOptions = {
     "name": "holdfast",
     # One more than Q_WORKERS: the sweeper task (reconciliation.sweep) keeps one busy.
     "workers": env_int("Q_WORKERS", 2, minimum=1) + 1,
@@ -284,6 +319,8 @@ LOGGING = {
 if PRODUCTION:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    # Probes inside the network speak plain HTTP to the health endpoints (config.health).
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31536000, minimum=0)
@@ -310,6 +347,11 @@ RETRY_MAX_SECONDS = env_float("RETRY_MAX_SECONDS", 600.0, minimum=1.0)
 RETRY_JITTER = env_float("RETRY_JITTER", 0.2, minimum=0.0)
 # Consecutive failed source checks before the case goes to a person (needs attention).
 SOURCE_CHECK_ATTEMPT_LIMIT = env_int("SOURCE_CHECK_ATTEMPT_LIMIT", 5, minimum=1)
+# Consecutive inconclusive settlements of a held case before it is flagged for a person (it
+# stays held: uncertainty is never resolved by a write).
+RECONCILE_ATTEMPT_LIMIT = env_int("RECONCILE_ATTEMPT_LIMIT", 10, minimum=1)
+# Processing attempts of one inbound event before it is left failed for a person (or a resend).
+INBOUND_ATTEMPT_LIMIT = env_int("INBOUND_ATTEMPT_LIMIT", 10, minimum=1)
 
 
 # --- Leases per kind of work -------------------------------------------------------------

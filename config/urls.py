@@ -4,17 +4,21 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import DefaultRouter
 
-from approvals.api import ProposalViewSet
+from approvals.api import CaseWithProposalsViewSet, ProposalViewSet
 from cases import live
-from cases.api import CaseViewSet
+from config import health
 
 # No ``.json`` suffix routes: the API speaks JSON only, and suffixed @action routes were 500s.
 router = DefaultRouter()
 router.include_format_suffixes = False
-router.register("cases", CaseViewSet, basename="case")
+# The kernel's case API (cases.api.CaseViewSet) with approvals' POST .../proposals/ added.
+router.register("cases", CaseWithProposalsViewSet, basename="case")
 router.register("proposals", ProposalViewSet, basename="proposal")
 
 urlpatterns = [
+    # Probes (config.health): unauthenticated, never cached, exempt from the HTTPS redirect.
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
     path("", RedirectView.as_view(pattern_name="admin:index", permanent=False)),
     # Polled by open admin pages (cases.live); before the admin so its catch-all never sees them.
     path("admin/live/cases/<str:reference>/", live.case_live, name="live-case"),

@@ -58,8 +58,9 @@ def fault_add(
     )
 
 
-def search_lag_set(*, seconds: float) -> FaultRule:
-    """Replace the search lag applied to operations applied from now on."""
+def search_lag_set(*, seconds: object) -> FaultRule:
+    """Replace the search lag applied to operations applied from now on; ``seconds`` is the
+    caller's raw JSON value, refused as ``invalid_field`` unless a non-negative number."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
         raise invalid({"seconds": "Must be a non-negative number."})
     FaultRule.objects.filter(kind=Kind.SEARCH_LAG).delete()

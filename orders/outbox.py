@@ -149,7 +149,7 @@ class OutboxDeliverer(threading.Thread):
             try:
                 close_old_connections()
                 events_deliver_due()
-            except Exception:
+            except Exception:  # a worker loop: a failed pass is logged, the next one retries
                 logger.exception("The outbox deliverer failed a pass; it will try again.")
             self.stopping.wait(self.poll_seconds)
         connections.close_all()

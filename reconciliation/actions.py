@@ -6,7 +6,10 @@ See ``cases.actions``: each action checks, then calls one service. Registered fr
 
 from __future__ import annotations
 
+from django_fsm import can_proceed
+
 from cases.actions import CaseAction, register
+from cases.kernel import check_version
 from cases.models import Case, Status
 
 
@@ -28,7 +31,7 @@ def _supervised(case: Case) -> bool:
 
 
 def _authorize(*, case: Case, actor, expected_version: int, reason: str) -> str:
-    from cases.claims import case_authorize_apply
+    from reconciliation.claims import case_authorize_apply
 
     case_authorize_apply(case=case, actor=actor, expected_version=expected_version)
     return f"{case.reference}: apply started; a worker claims it now."
@@ -51,6 +54,20 @@ def _reversal(*, case: Case, actor, expected_version: int, reason: str) -> str:
         f"{case.reference}: reversal proposed (proposal #{proposal.pk}, back to "
         f"{proposal.delivery_date:%Y-%m-%d}); it needs its own approval."
     )
+
+
+def _withdraw_available(case: Case) -> bool:
+    # With work in flight a plain stop is refused; withdrawing revokes authority and settles
+    # what is running.
+    return not case.is_terminal and case.revoked_at is None and not can_proceed(case.stop)
+
+
+def _withdraw(*, case: Case, actor, expected_version: int, reason: str) -> str:
+    from reconciliation.revocation import case_revoke, describe_revocation
+
+    check_version(Case.objects.get(pk=case.pk), expected_version)
+    result = case_revoke(case=case, actor=actor, kind="withdrawn", reason=reason)
+    return describe_revocation(result)
 
 
 def customer_not_told(case: Case) -> bool:
@@ -139,5 +156,24 @@ register(
         confirm="Record how and when the customer was told that the change is applied.",
         confirm_label="Record it",
         order=7,
+    )
+)
+register(
+    CaseAction(
+        name="withdraw",
+        label="Withdraw (revoke authority, settle work in flight)",
+        words="withdraw it (revoke authority and settle the work in flight)",
+        permission="cases.lead_case",
+        available=_withdraw_available,
+        execute=_withdraw,
+        confirm=lambda case: (
+            f"Authority over {case.reference} is revoked: queued and awaiting-approval work is "
+            "closed now, a running worker is asked to stop and the order system is fenced. If "
+            "a change may already have been sent, the case stays held until the evidence "
+            "settles it."
+        ),
+        confirm_label=lambda case: f"Yes, withdraw {case.reference}",
+        danger=True,
+        order=60,
     )
 )

@@ -20,18 +20,18 @@ from reconciliation.probe import ProbeRefused, order_system_probe
 RUN_PROBE_PERMISSION = "reconciliation.run_probe"
 
 
+def _sandbox_choices() -> list[tuple[str, str]]:
+    """The sandbox orders as they are configured now (read each time the form is used)."""
+    return [(order, order) for order in settings.ORDER_SYSTEM_SANDBOX_ORDERS]
+
+
 class RunProbeForm(forms.Form):
     sandbox_order_id = forms.ChoiceField(
         label="Sandbox order",
+        choices=_sandbox_choices,
         help_text="An order reserved for probing (ORDER_SYSTEM_SANDBOX_ORDERS). The probe moves "
         "its delivery date.",
     )
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fields["sandbox_order_id"].choices = [
-            (order, order) for order in settings.ORDER_SYSTEM_SANDBOX_ORDERS
-        ]
 
 
 def may_run_probe(user) -> bool:
@@ -311,3 +311,113 @@ class DrillRunAdmin(admin.ModelAdmin):
             "in_admin": True,
         }
         return TemplateResponse(request, "admin/reconciliation/drillrun/report.html", context)
+
+
+# --- what reconciliation adds to the case admin (``cases.admin.case_admin_extend``) -----------
+
+from collections.abc import Mapping  # noqa: E402
+from typing import Any  # noqa: E402
+
+from django.db.models import QuerySet  # noqa: E402
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect  # noqa: E402
+
+from cases.admin import CaseForm, CaseRevoker, case_admin_extend, change_url, person  # noqa: E402
+from cases.exceptions import CaseError  # noqa: E402
+from cases.models import Case, CustomerAccount  # noqa: E402
+from cases.validation import MAX_ORDER_VERSION  # noqa: E402
+from reconciliation import revocation  # noqa: E402
+from reconciliation.selectors import current_autonomy  # noqa: E402
+from reconciliation.settle import case_settle_manually  # noqa: E402
+
+
+class SettleForm(forms.Form):
+    """A settlement from evidence, for ``reconciliation.settle.case_settle_manually``."""
+
+    expected_version = forms.IntegerField(widget=forms.HiddenInput)
+    # No default verdict: the person must choose what the evidence shows.
+    outcome = forms.ChoiceField(
+        choices=[("applied", "The change IS applied"), ("absent", "The change is NOT applied")],
+        widget=forms.RadioSelect,
+        label="What the evidence shows",
+    )
+    external_reference = forms.CharField(
+        max_length=200, help_text="Where the evidence is: ticket, screen, log."
+    )
+    summary = forms.CharField(max_length=280, help_text="What the evidence shows.")
+    order_version = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=MAX_ORDER_VERSION,
+        help_text="The order version it shows, if known.",
+    )
+
+
+def settle_view(
+    model_admin: admin.ModelAdmin[Case], request: HttpRequest, case: Case
+) -> HttpResponse:
+    """The "Record the settlement from evidence" form: one ``case_settle_manually`` call."""
+    back = change_url(case)
+    form = SettleForm(request.POST or None, prefix="settle")
+    if request.method != "POST" or not form.is_valid():
+        model_admin.message_user(
+            request, "Settlement not recorded: fill in every field.", messages.ERROR
+        )
+        return HttpResponseRedirect(back)
+    try:
+        outcome = case_settle_manually(case=case, actor=person(request), **form.cleaned_data)
+    except CaseError as exc:
+        model_admin.message_user(request, exc.detail, messages.ERROR)
+    else:
+        model_admin.message_user(
+            request, f"{case.reference}: settled — {outcome}.", messages.SUCCESS
+        )
+    return HttpResponseRedirect(back)
+
+
+def case_page_context(request: HttpRequest, case: Case) -> Mapping[str, Any]:
+    """The order system's autonomy, shown on every case page."""
+    return {"autonomy_status": current_autonomy()}
+
+
+def revoke_case(*, case: Case, actor: Any, kind: str, reason: str) -> str:
+    """The case admin's "Delete": revoke the case's authority, say what happened."""
+    result = revocation.case_revoke(case=case, actor=actor, kind=kind, reason=reason)
+    return revocation.describe_revocation(result)
+
+
+@admin.action(description="Revoke access (stops and settles every open case)")
+def revoke_access(
+    model_admin: admin.ModelAdmin[CustomerAccount],
+    request: HttpRequest,
+    queryset: QuerySet[CustomerAccount],
+) -> None:
+    """The accounts' bulk action: ``account_revoke_access`` on each selected account."""
+    for account in queryset:
+        try:
+            results = revocation.account_revoke_access(
+                account=account, actor=person(request), reason="Access revoked in the admin"
+            )
+        except CaseError as exc:
+            model_admin.message_user(request, f"{account.reference}: {exc.detail}", messages.ERROR)
+            continue
+        model_admin.message_user(
+            request,
+            f"{account.reference}: access revoked; {len(results)} open case(s) revoked.",
+            messages.WARNING,
+        )
+
+
+case_admin_extend(
+    forms=[
+        CaseForm(
+            name="settle",
+            build=lambda case: SettleForm(
+                initial={"expected_version": case.version}, prefix="settle"
+            ),
+            view=settle_view,
+        )
+    ],
+    context=case_page_context,
+    revoker=CaseRevoker(offered=revocation.revocation_offered, run=revoke_case),
+    account_actions=[revoke_access],
+)

@@ -17,7 +17,7 @@ first send of a fresh operation skips the look: nothing could have been sent, so
 round trip.
 
 Before claiming, the records are compared with the order system when nobody did so recently
-(``reconciliation.restore``): a restored database is recovered before any claim.
+(``reconciliation.restored``): a restored database is recovered before any claim.
 
 Notifications carry a key per operation and step (``DATE-41-1:notify``, also the message's
 ``Message-ID``), recorded before sending. When the records show the notification may already
@@ -29,6 +29,9 @@ and a person confirms (``case_record_customer_told``).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.core.mail import EmailMessage
@@ -38,15 +41,16 @@ from django.utils import timezone
 
 from approvals.models import Operation
 from approvals.services import review_due_at
+from cases.attempts import attempt_finish
 from cases.backoff import next_retry_at
-from cases.claims import (
-    ClaimRefused,
-    StaleAttempt,
-    attempt_acknowledge_cancel,
-    attempt_heartbeat,
-    case_claim,
-    keep_alive,
-    record_slot_released,
+from cases.codes import Action
+from cases.kernel import (
+    Worker,
+    apply_transition,
+    bump_and_save,
+    lock_case,
+    record_event,
+    record_fact,
 )
 from cases.models import (
     Attempt,
@@ -55,17 +59,18 @@ from cases.models import (
     Status,
     WaitingOn,
 )
-from cases.services import (
-    Worker,
-    _bump_and_save,
-    apply_transition,
-    cancellations_mark_after_change,
-    lock_case,
-    record_event,
-    record_fact,
+from cases.retries import retries_reset
+from reconciliation.claims import (
+    ClaimRefused,
+    StaleAttempt,
+    attempt_acknowledge_cancel,
+    attempt_heartbeat,
+    case_claim,
+    keep_alive,
+    record_slot_released,
 )
 from reconciliation.client import OperationRecord, OperationResult, OrderSystemClient
-from reconciliation.drills.hooks import drill_point
+from reconciliation.complete import case_complete
 from reconciliation.exceptions import (
     ApprovalRefused,
     Conflict,
@@ -74,22 +79,30 @@ from reconciliation.exceptions import (
     Transient,
     UnknownOperation,
 )
-from reconciliation.restore import (
-    APPLIED_BEFORE_RESTORE,
+from reconciliation.restore import recover_after_restore
+from reconciliation.restored import (
     RecoveryRequired,
-    recover_after_restore,
     restore_detected_at_source,
     source_check_forget,
 )
+from reconciliation.retries import Words, literal, transient_failure_record
 from reconciliation.settle import operation_confirm
 
 logger = logging.getLogger(__name__)
 
 STEPS = ("apply", "notify", "close")
 # Facts that mean the customer may already have been told about an applied operation.
-UNEXPECTED_REPLAY = "reconciliation.restore.unexpected_replay"
-NOTIFY_SENDING = "cases.notification.sending"
-NOTIFY_FAILED = "cases.notification.failed"
+
+# Named points of the apply step (``after_claim``: claimed, nothing sent yet; ``after_submit``:
+# the order system answered, the answer not saved yet). Each observer is called with the point's
+# name; none is registered unless an upper layer registers one (``ReconciliationConfig.ready``
+# registers the drills' stop point), so by default the points do nothing.
+STEP_POINT_OBSERVERS: list[Callable[[str], None]] = []
+
+
+def _reached(point: str) -> None:
+    for observer in STEP_POINT_OBSERVERS:
+        observer(point)
 
 
 def apply_case(
@@ -169,7 +182,7 @@ def _apply(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
     if approval is None or proposal is None:
         # Checked again here, not only at claim time: the approval may lapse in between.
         return _finish(
-            attempt, worker, "approval_expired", "The approval expired before the change was sent"
+            attempt, worker, EndedApprovalExpired("The approval expired before the change was sent")
         )
     operation = attempt.operation
     why = _may_have_been_sent(attempt)
@@ -177,7 +190,7 @@ def _apply(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
         looked = _look_before_write(attempt, client, worker, why)
         if looked is not None:
             return looked
-    drill_point("after_claim")  # a no-op unless a drill asked this worker to stop here
+    _reached("after_claim")  # a drill may stop this worker here
     if not _mark_submitting(attempt):
         return _stopped_before_submitting(attempt, worker)
     try:
@@ -191,9 +204,9 @@ def _apply(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
                 approval_grant=approval.grant,
             )
     except OrderSystemError as exc:
-        return _record_refusal(attempt, worker, exc)
-    drill_point("after_submit")
-    return _record_applied(attempt, worker, result)
+        return attempt_record_refusal(attempt, worker, exc)
+    _reached("after_submit")
+    return attempt_record_applied(attempt, worker, result)
 
 
 def _may_have_been_sent(attempt: Attempt) -> str:
@@ -210,7 +223,7 @@ def _may_have_been_sent(attempt: Attempt) -> str:
     if earlier is not None:
         return f"{earlier.reference} submitted it before ({earlier.get_state_display().lower()})"
     restored = CaseEvent.objects.filter(case_id=attempt.case_id).filter(
-        Q(detail__transition="hold_for_recovery") | Q(action=UNEXPECTED_REPLAY)
+        Q(detail__transition="hold_for_recovery") | Q(action=Action.RESTORE_UNEXPECTED_REPLAY)
     )
     if restored.exists():
         return "the case's records were restored from a backup"
@@ -231,7 +244,7 @@ def _look_before_write(
         return None
     except OrderSystemError as exc:
         # Not proof either way: nothing is written on a guess.
-        return _record_refusal(attempt, worker, exc)
+        return attempt_record_refusal(attempt, worker, exc)
     intended = (
         record.order_id == operation.order_id
         and record.delivery_date == operation.delivery_date
@@ -242,16 +255,21 @@ def _look_before_write(
         return _finish(
             attempt,
             worker,
-            "lookup_mismatch",
-            f"{operation.key} exists at the order system with another change "
-            f"({record.order_id} → {record.delivery_date}, {record.status}); a person must look",
+            EndedLookupMismatch(
+                f"{operation.key} exists at the order system with another change "
+                f"({record.order_id} → {record.delivery_date}, {record.status}); "
+                "a person must look"
+            ),
         )
-    return _record_applied(
+    return attempt_record_applied(
         attempt, worker, _looked_up(record), looked_up=f"{why}; the consistent lookup found it"
     )
 
 
 def _looked_up(record: OperationRecord) -> OperationResult:
+    """An applied record as the write's result; only called for a record with its version."""
+    if record.order_version is None:
+        raise ValueError(f"{record.operation_key}: an applied record without its order version")
     return OperationResult(
         operation_key=record.operation_key,
         status=record.status,
@@ -280,7 +298,7 @@ def _mark_submitting(attempt: Attempt) -> bool:
     )
 
 
-def _record_applied(
+def attempt_record_applied(
     attempt: Attempt, worker: Worker, result: OperationResult, *, looked_up: str = ""
 ) -> str:
     """The order system applied (or replayed) the operation — or the consistent lookup shows it
@@ -317,7 +335,7 @@ def _record_applied(
             source_check_forget()
             record_fact(
                 case=case,
-                action=UNEXPECTED_REPLAY,
+                action=Action.RESTORE_UNEXPECTED_REPLAY,
                 actor=worker,
                 reason=f"{operation.key} was already applied although these records show no "
                 "attempt that sent it: they are older than the order system. The customer may "
@@ -328,14 +346,21 @@ def _record_applied(
             last_confirmed_step=Attempt.Step.APPLIED
         )
         case.last_checked_order_version = result.order_version
-        case.retry_count = 0
-        _bump_and_save(case, ["last_checked_order_version", "retry_count"])
-        cancelling = not current and Attempt.objects.filter(
-            pk=attempt.pk, state=Attempt.State.CANCEL_REQUESTED
-        ).update(state=Attempt.State.STOPPED, finished_at=now)
+        bump_and_save(case, ["last_checked_order_version", *retries_reset(case, "apply")])
+        # Asked to stop and the change landed anyway: the attempt is over (the step event
+        # below names it).
+        cancelling = not current and attempt_finish(
+            attempt,
+            Attempt.State.STOPPED,
+            case=case,
+            actor=worker,
+            expected=(Attempt.State.CANCEL_REQUESTED,),
+            event=None,
+            finished_at=now,
+        )
         record_event(
             case=case,
-            action="cases.step.applied" if current else "cases.attempt.late_result_recorded",
+            action=Action.STEP_APPLIED if current else Action.ATTEMPT_LATE_RESULT_RECORDED,
             actor=worker,
             reason=(
                 f"{operation.key} {'found applied' if looked_up else 'applied'} at order "
@@ -358,34 +383,41 @@ def _record_applied(
         if cancelling and case.status == Status.APPLYING:
             # The change landed before the stop took effect: a fact, not something to undo
             # silently. The case closes as done; reversing it would be a new proposal.
-            note = cancellations_mark_after_change(case)
-            apply_transition(
+            case_complete(
                 case,
-                "complete",
                 actor=worker,
                 reason=f"{operation.key} was applied before the stop took effect; no further "
-                f"steps run. {note}".strip(),
+                "steps run.",
                 detail={"attempt": attempt.reference, "revoked": bool(case.revoked_at)},
-                outstanding_question=note or case.outstanding_question,
             )
     return "confirmed" if current else "late: recorded as evidence"
 
 
-def _record_refusal(attempt: Attempt, worker: Worker, exc: OrderSystemError) -> str:
+def attempt_record_refusal(attempt: Attempt, worker: Worker, exc: OrderSystemError) -> str:
+    """End the attempt on the order system's error (``ending_for``)."""
+    return _finish(attempt, worker, ending_for(exc))
+
+
+def ending_for(exc: OrderSystemError) -> Ending:
+    """How an order-system error ends the attempt: decided here once, by the error's class
+    (``reconciliation.exceptions``) and, for a conflict or a refused grant, its code."""
     text = f"{exc.error}: {exc.detail}".strip(": ")
-    if isinstance(exc, EffectUnknown):
-        return _finish(attempt, worker, "effect_unknown", text)
-    if isinstance(exc, Transient):
-        return _finish(attempt, worker, "transient", text, retry_after=exc.retry_after)
-    if isinstance(exc, Conflict) and exc.error == "version_conflict":
-        return _finish(attempt, worker, "source_changed", text)
-    if isinstance(exc, Conflict) and exc.error == "stale_fencing_token":
-        return _finish(attempt, worker, "fenced", text)
-    if isinstance(exc, ApprovalRefused) and exc.error == "approval_expired":
-        return _finish(attempt, worker, "approval_expired", text)
-    # Definite refusals that need a person: invalid input, a full slot, a grant the receiver
-    # does not accept, revoked permission, a reused key. Repeating them changes nothing.
-    return _finish(attempt, worker, "needs_attention", text, error=exc.error)
+    match exc:
+        case EffectUnknown():
+            return EndedEffectUnknown(text)
+        case Transient(retry_after=retry_after):
+            return EndedTransient(text, retry_after=retry_after)
+        case Conflict(error="version_conflict"):
+            return EndedSourceChanged(text)
+        case Conflict(error="stale_fencing_token"):
+            return EndedFenced(text)
+        case ApprovalRefused(error="approval_expired"):
+            return EndedApprovalExpired(text)
+        case _:
+            # Definite refusals that need a person: invalid input, a full slot, a grant the
+            # receiver does not accept, revoked permission, a reused key, an unknown order.
+            # Repeating them changes nothing.
+            return EndedNeedsAttention(text, refusal=exc.error)
 
 
 # --- step: notify --------------------------------------------------------------------------
@@ -404,11 +436,12 @@ def _message_id(key: str) -> str:
 def _may_have_been_told(case: Case, operation: Operation, key: str) -> str:
     """Why the customer may already have been told about this operation, or ''."""
     events = CaseEvent.objects.filter(case=case, detail__notify_key=key)
-    started = events.filter(action=NOTIFY_SENDING).count()
-    if started > events.filter(action=NOTIFY_FAILED).count():
+    started = events.filter(action=Action.NOTIFICATION_SENDING).count()
+    if started > events.filter(action=Action.NOTIFICATION_FAILED).count():
         return f"a send of {key} was recorded before and never confirmed"
     if events.filter(
-        action__in=[APPLIED_BEFORE_RESTORE, UNEXPECTED_REPLAY], detail__operation_key=operation.key
+        action__in=[Action.RESTORE_APPLIED_BEFORE_RESTORE, Action.RESTORE_UNEXPECTED_REPLAY],
+        detail__operation_key=operation.key,
     ).exists():
         return (
             f"{operation.key} was applied after the backup these records were restored from, "
@@ -431,7 +464,7 @@ def _notify(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
             # recognisable afterwards, and never repeated blindly.
             record_fact(
                 case=case,
-                action=NOTIFY_SENDING,
+                action=Action.NOTIFICATION_SENDING,
                 actor=worker,
                 reason=f"Notifying the customer at {address} ({key})",
                 detail={"attempt": attempt.reference, "notify_key": key},
@@ -450,9 +483,7 @@ def _notify(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
             ).send()
         except Exception as exc:  # noqa: BLE001 - any mail failure is a transient step failure
             _notification_not_sent(case.pk, attempt, worker, key, exc)
-            return _finish(
-                attempt, worker, "transient", f"notification failed: {exc}", step="notify"
-            )
+            return _finish(attempt, worker, EndedTransient(f"notification failed: {exc}"))
     with transaction.atomic():
         case = lock_case(case.pk)
         Operation.objects.filter(pk=operation.pk, notified_at__isnull=True).update(
@@ -461,7 +492,7 @@ def _notify(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
         Attempt.objects.filter(pk=attempt.pk).update(last_confirmed_step=Attempt.Step.NOTIFIED)
         record_fact(
             case=case,
-            action="cases.step.notified",
+            action=Action.STEP_NOTIFIED,
             actor=worker,
             reason=f"Customer notified at {address} ({key})"
             if address
@@ -477,7 +508,7 @@ def _notification_not_sent(case_id: int, attempt: Attempt, worker: Worker, key: 
         case = lock_case(case_id)
         record_fact(
             case=case,
-            action=NOTIFY_FAILED,
+            action=Action.NOTIFICATION_FAILED,
             actor=worker,
             # Accounts for the "sending" record before it: that send did not go.
             reason=f"{key} was not sent: {exc}",
@@ -496,10 +527,10 @@ def _notification_uncertain(
         "again. If the customer was not told, tell them and record it."
     )
     case.outstanding_question = question[:500]
-    _bump_and_save(case, ["outstanding_question"])
+    bump_and_save(case, ["outstanding_question"])
     record_event(
         case=case,
-        action="cases.notification.may_have_gone",
+        action=Action.NOTIFICATION_MAY_HAVE_GONE,
         actor=worker,
         reason=f"Notification may have gone twice if sent now: {why}. Not re-sent",
         detail={"attempt": attempt.reference, "notify_key": key, "address": address},
@@ -515,21 +546,23 @@ def _close(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
         case = lock_case(attempt.case_id)
         if case.status != Status.APPLYING:
             return "stale: the case moved on"
-        Attempt.objects.filter(pk=attempt.pk).update(
-            state=Attempt.State.SUCCEEDED,
+        # The completion below names the attempt.
+        attempt_finish(
+            attempt,
+            Attempt.State.SUCCEEDED,
+            case=case,
+            actor=worker,
+            expected=Attempt.State.values,
+            event=None,
             last_confirmed_step=Attempt.Step.CLOSED,
-            finished_at=timezone.now(),
         )
-        note = cancellations_mark_after_change(case)
-        apply_transition(
+        case_complete(
             case,
-            "complete",
             actor=worker,
             reason=f"{attempt.operation.key} confirmed at order version "
-            f"{attempt.operation.result_order_version} and the customer notified. {note}".strip(),
+            f"{attempt.operation.result_order_version} and the customer notified.",
             detail={"attempt": attempt.reference},
             apply_authorized_by=None,
-            outstanding_question=note or case.outstanding_question,
         )
     return "done"
 
@@ -539,158 +572,239 @@ _STEP_RUNNERS = {"apply": _apply, "notify": _notify, "close": _close}
 
 # --- outcomes ------------------------------------------------------------------------------
 
-_ATTEMPT_STATE = {
-    "effect_unknown": Attempt.State.EFFECT_UNKNOWN,
-    "fenced": Attempt.State.FENCED,
-}
+
+@dataclass(frozen=True)
+class Ending:
+    """How an attempt ended without confirming its step, and what that makes of the case.
+
+    ``code`` is the outcome as stored in the events' detail (``outcome``) and as the step
+    returns it; ``attempt_state`` the state the attempt ends in; ``settle`` moves the case to
+    the next safe status. ``settle`` runs under the case lock and only while the attempt is
+    current and the case applying: otherwise the ending is recorded and changes nothing."""
+
+    code: ClassVar[str]
+    attempt_state: ClassVar[Attempt.State] = Attempt.State.FAILED
+    text: str
+
+    @property
+    def error(self) -> str:
+        """The ``error`` of the events' detail: the outcome itself unless a refusal names one."""
+        return self.code
+
+    def settle(self, case: Case, attempt: Attempt, worker: Worker, detail: dict[str, Any]) -> None:
+        raise NotImplementedError
 
 
-def _finish(
-    attempt: Attempt,
-    worker: Worker,
-    outcome: str,
-    text: str,
-    *,
-    retry_after: float | None = None,
-    error: str = "",
-    step: str = "apply",
-) -> str:
-    """Record how the attempt ended and move the case to the next safe status."""
-    from approvals.services import proposal_invalidate_for_source_change
+@dataclass(frozen=True)
+class EndedEffectUnknown(Ending):
+    """Sent, and no usable answer came back: held, reconciled from evidence, never re-sent."""
 
+    code: ClassVar[str] = "effect_unknown"
+    attempt_state: ClassVar[Attempt.State] = Attempt.State.EFFECT_UNKNOWN
+
+    def settle(self, case: Case, attempt: Attempt, worker: Worker, detail: dict[str, Any]) -> None:
+        apply_transition(
+            case,
+            "hold",
+            actor=worker,
+            detail=detail,
+            last_error=self.text,
+            reason=f"Effect unknown: {attempt.operation.key} was sent and no answer came "
+            "back. Reconcile the same operation from evidence; never send it blindly again",
+            waiting=(WaitingOn.OWNER, "Effect unknown: reconcile from the order system"),
+            next_check_at=next_retry_at(1),
+        )
+
+
+@dataclass(frozen=True)
+class EndedFenced(Ending):
+    """The order system refused this attempt's token: another owner exists. Held."""
+
+    code: ClassVar[str] = "fenced"
+    attempt_state: ClassVar[Attempt.State] = Attempt.State.FENCED
+
+    def settle(self, case: Case, attempt: Attempt, worker: Worker, detail: dict[str, Any]) -> None:
+        apply_transition(
+            case,
+            "hold",
+            actor=worker,
+            detail=detail,
+            last_error=self.text,
+            reason="The order system refused a stale fencing token: another owner exists",
+            waiting=(WaitingOn.OWNER, "Another owner exists: reconcile before anything else"),
+            next_check_at=next_retry_at(1),
+        )
+
+
+@dataclass(frozen=True)
+class EndedLookupMismatch(Ending):
+    """The look before writing found the operation key holding another change; nothing sent."""
+
+    code: ClassVar[str] = "lookup_mismatch"
+
+    def settle(self, case: Case, attempt: Attempt, worker: Worker, detail: dict[str, Any]) -> None:
+        apply_transition(
+            case,
+            "hold",
+            actor=worker,
+            detail=detail,
+            last_error=self.text,
+            reason=f"Looked before writing: {self.text}. Nothing was sent",
+            waiting=(WaitingOn.OWNER, "The operation key shows another change: look"),
+            next_check_at=next_retry_at(1),
+        )
+
+
+@dataclass(frozen=True)
+class EndedTransient(Ending):
+    """Nothing was applied: retried on the bounded backoff, then a person decides."""
+
+    code: ClassVar[str] = "transient"
+    retry_after: float | None = None
+
+    def settle(self, case: Case, attempt: Attempt, worker: Worker, detail: dict[str, Any]) -> None:
+        _retry_or_give_up(case, worker, attempt, self.text, self.retry_after, detail)
+
+
+@dataclass(frozen=True)
+class EndedSourceChanged(Ending):
+    """The order moved since the proposal's evidence: the proposal and its approval are void."""
+
+    code: ClassVar[str] = "source_changed"
+
+    def settle(self, case: Case, attempt: Attempt, worker: Worker, detail: dict[str, Any]) -> None:
+        from approvals.services import proposal_invalidate_for_source_change
+
+        proposal_invalidate_for_source_change(
+            case=case,
+            order_version=None,
+            actor=worker,
+            via=f"{attempt.reference}: {self.text}",
+        )
+
+
+@dataclass(frozen=True)
+class EndedApprovalExpired(Ending):
+    """The approval lapsed before the change was sent: the same proposal goes back to review."""
+
+    code: ClassVar[str] = "approval_expired"
+
+    def settle(self, case: Case, attempt: Attempt, worker: Worker, detail: dict[str, Any]) -> None:
+        from approvals.services import open_proposal, proposal_return_to_review
+
+        proposal_return_to_review(open_proposal(case), "Expired before it was applied")
+        apply_transition(
+            case,
+            "approval_expired",
+            actor=worker,
+            detail=detail,
+            reason=f"{self.text}; the same proposal needs a fresh decision",
+            next_check_at=review_due_at(timezone.now()),
+            apply_authorized_by=None,
+        )
+
+
+@dataclass(frozen=True)
+class EndedNeedsAttention(Ending):
+    """A definite refusal repeating would not change (``refusal`` is its code): escalated."""
+
+    code: ClassVar[str] = "needs_attention"
+    refusal: str = ""
+
+    @property
+    def error(self) -> str:
+        return self.refusal or self.code
+
+    def settle(self, case: Case, attempt: Attempt, worker: Worker, detail: dict[str, Any]) -> None:
+        apply_transition(
+            case,
+            "escalate",
+            actor=worker,
+            detail=detail,
+            last_error=self.text,
+            reason=f"The order system refused {attempt.operation.key}: {self.text}. Repeating "
+            "it would change nothing; a person must correct the cause",
+            waiting=(WaitingOn.OWNER, f"Needs a person: {self.error}"),
+            next_check_at=None,
+        )
+
+
+def _finish(attempt: Attempt, worker: Worker, ending: Ending) -> str:
+    """Record how the attempt ended and move the case to the next safe status.
+
+    An attempt still active ends in ``ending.attempt_state`` (one already ended keeps its own
+    state). Only a current
+    attempt of an applying case moves it (``ending.settle``); an attempt asked to stop settles
+    as a stop; any other late ending is recorded and changes nothing. Returns the outcome."""
     now = timezone.now()
     with transaction.atomic():
         case = lock_case(attempt.case_id)
         fresh = Attempt.objects.select_for_update().get(pk=attempt.pk)
         current = fresh.state == Attempt.State.RUNNING
         cancelling = fresh.state == Attempt.State.CANCEL_REQUESTED
-        Attempt.objects.filter(pk=attempt.pk, state__in=Attempt.ACTIVE).update(
-            state=_ATTEMPT_STATE.get(outcome, Attempt.State.FAILED),
-            last_error=text[:2000],
+        # The case's next event (the ending's or a late-result fact) names the attempt.
+        attempt_finish(
+            attempt,
+            ending.attempt_state,
+            case=case,
+            actor=worker,
+            event=None,
+            last_error=ending.text[:2000],
             finished_at=now,
         )
         if cancelling and case.status == Status.APPLYING:
-            return _finish_cancelling(case, attempt, worker, outcome, text)
+            return _finish_cancelling(case, attempt, worker, ending)
         if not current or case.status != Status.APPLYING:
             record_fact(
                 case=case,
-                action="cases.attempt.late_result_refused",
+                action=Action.ATTEMPT_LATE_RESULT_REFUSED,
                 actor=worker,
                 reason=f"{attempt.reference} is no longer current ({fresh.state}); "
-                f"its outcome '{text}' changes nothing",
-                detail={"attempt": attempt.reference, "outcome": outcome},
+                f"its outcome '{ending.text}' changes nothing",
+                detail={"attempt": attempt.reference, "outcome": ending.code},
             )
-            return f"late: {outcome} recorded only"
+            return f"late: {ending.code} recorded only"
         detail = {
             "attempt": attempt.reference,
-            "outcome": outcome,
-            "error": error or outcome,
+            "outcome": ending.code,
+            "error": ending.error,
             "confirmed_steps": _confirmed_steps(fresh),
         }
-        if outcome == "effect_unknown":
-            apply_transition(
-                case,
-                "hold",
-                actor=worker,
-                detail=detail,
-                last_error=text,
-                reason=f"Effect unknown: {attempt.operation.key} was sent and no answer came "
-                "back. Reconcile the same operation from evidence; never send it blindly again",
-                waiting=(WaitingOn.OWNER, "Effect unknown: reconcile from the order system"),
-                next_check_at=next_retry_at(1),
-            )
-        elif outcome == "fenced":
-            apply_transition(
-                case,
-                "hold",
-                actor=worker,
-                detail=detail,
-                last_error=text,
-                reason="The order system refused a stale fencing token: another owner exists",
-                waiting=(WaitingOn.OWNER, "Another owner exists: reconcile before anything else"),
-                next_check_at=next_retry_at(1),
-            )
-        elif outcome == "lookup_mismatch":
-            apply_transition(
-                case,
-                "hold",
-                actor=worker,
-                detail=detail,
-                last_error=text,
-                reason=f"Looked before writing: {text}. Nothing was sent",
-                waiting=(WaitingOn.OWNER, "The operation key shows another change: look"),
-                next_check_at=next_retry_at(1),
-            )
-        elif outcome == "transient":
-            _retry_or_give_up(case, worker, attempt, text, retry_after, detail)
-        elif outcome == "source_changed":
-            proposal_invalidate_for_source_change(
-                case=case,
-                order_version=None,
-                actor=worker,
-                via=f"{attempt.reference}: {text}",
-            )
-        elif outcome == "approval_expired":
-            from approvals.services import open_proposal, proposal_return_to_review
-
-            proposal_return_to_review(open_proposal(case), "Expired before it was applied")
-            apply_transition(
-                case,
-                "approval_expired",
-                actor=worker,
-                detail=detail,
-                reason=f"{text}; the same proposal needs a fresh decision",
-                next_check_at=review_due_at(timezone.now()),
-                apply_authorized_by=None,
-            )
-        else:
-            apply_transition(
-                case,
-                "escalate",
-                actor=worker,
-                detail=detail,
-                last_error=text,
-                reason=f"The order system refused {attempt.operation.key}: {text}. Repeating "
-                "it would change nothing; a person must correct the cause",
-                waiting=(WaitingOn.OWNER, f"Needs a person: {error or outcome}"),
-                next_check_at=None,
-            )
-    return outcome
+        ending.settle(case, attempt, worker, detail)
+    return ending.code
 
 
-def _finish_cancelling(
-    case: Case, attempt: Attempt, worker: Worker, outcome: str, text: str
-) -> str:
+def _finish_cancelling(case: Case, attempt: Attempt, worker: Worker, ending: Ending) -> str:
     """The attempt was asked to stop (a revocation or a cancellation) and came back with an
-    answer anyway."""
-    from cases.revocation import settle_after_stop
+    answer anyway: a stop, unless the effect is unknown (then held, to be reconciled)."""
+    from reconciliation.revocation import settle_after_stop
 
     record_fact(
         case=case,
-        action="cases.attempt.late_result_refused",
+        action=Action.ATTEMPT_LATE_RESULT_REFUSED,
         actor=worker,
-        reason=f"{attempt.reference} was asked to stop; its result '{text}' is "
+        reason=f"{attempt.reference} was asked to stop; its result '{ending.text}' is "
         "recorded and changes nothing",
-        detail={"attempt": attempt.reference, "outcome": outcome},
+        detail={"attempt": attempt.reference, "outcome": ending.code},
     )
     record_slot_released(case, attempt, worker)
-    if outcome == "effect_unknown":
+    if isinstance(ending, EndedEffectUnknown):
         apply_transition(
             case,
             "hold",
             actor=worker,
-            last_error=text,
+            last_error=ending.text,
             reason="Asked to stop while a change was in flight and the outcome "
             "is unknown: reconcile before anything else",
             next_check_at=next_retry_at(1),
         )
         return "late: effect unknown, held"
-    settle_after_stop(case, worker, f"{attempt.reference} ended: {text}")
-    return f"late: {outcome} recorded only"
+    settle_after_stop(case, worker, f"{attempt.reference} ended: {ending.text}")
+    return f"late: {ending.code} recorded only"
 
 
 def _confirmed_steps(attempt: Attempt) -> list[str]:
-    order = [Attempt.Step.APPLIED, Attempt.Step.NOTIFIED, Attempt.Step.CLOSED]
+    order: list[str] = [Attempt.Step.APPLIED, Attempt.Step.NOTIFIED, Attempt.Step.CLOSED]
     if attempt.last_confirmed_step not in order:
         return []
     return [str(s) for s in order[: order.index(attempt.last_confirmed_step) + 1]]
@@ -699,34 +813,24 @@ def _confirmed_steps(attempt: Attempt) -> list[str]:
 def _retry_or_give_up(
     case: Case, worker: Worker, attempt: Attempt, text: str, retry_after: float | None, detail: dict
 ) -> None:
-    case.retry_count += 1
-    retry_at = next_retry_at(case.retry_count, retry_after=retry_after)
-    detail = {**detail, "failures": case.retry_count, "next_check_at": retry_at.isoformat()}
-    if case.retry_count >= settings.ATTEMPT_LIMIT:
-        steps = ", ".join(detail["confirmed_steps"]) or "none"
-        apply_transition(
-            case,
-            "escalate",
-            actor=worker,
-            detail=detail,
-            last_error=text,
-            retry_count=case.retry_count,
-            reason=f"Gave up after {case.retry_count} attempts. Last error: {text}. "
-            f"Confirmed steps: {steps}. Next permitted check: "
-            f"{timezone.localtime(retry_at):%Y-%m-%d %H:%M:%S}",
-            waiting=(WaitingOn.OWNER, "Attempts exhausted: a person decides when to retry"),
-            next_check_at=retry_at,
-        )
-        return
-    apply_transition(
-        case,
-        "retry_later",
+    """Nothing was applied: one more failure of the ``apply`` policy (its own counter), retried
+    later or, at ``settings.ATTEMPT_LIMIT``, given to a person (``transient_failure_record``)."""
+    steps = literal(", ".join(detail["confirmed_steps"]) or "none")
+    transient_failure_record(
+        case=case,
+        kind="apply",
+        error=text,
         actor=worker,
+        retry_after=retry_after,
         detail=detail,
-        last_error=text,
-        retry_count=case.retry_count,
-        reason=f"Nothing applied ({text}); retry {case.retry_count + 1} of "
-        f"{settings.ATTEMPT_LIMIT} at {timezone.localtime(retry_at):%H:%M:%S}",
-        waiting=(WaitingOn.ORDER_SYSTEM, "Unavailable; retrying on a bounded backoff"),
-        next_check_at=retry_at,
+        retry=Words(
+            reason="Nothing applied ({error}); retry {next_try} of {limit} at {next_time}",
+            waiting="Unavailable; retrying on a bounded backoff",
+        ),
+        give_up=Words(
+            reason="Gave up after {failures} attempts. Last error: {error}. Confirmed steps: "
+            f"{steps}. Next permitted check: {{next_check}}",
+            waiting="Attempts exhausted: a person decides when to retry",
+        ),
+        retry_transition="retry_later",
     )

@@ -451,8 +451,9 @@ class OrderSystemClient:
             body = _json_object(response)
         except _Malformed:
             body = {}
-        code = body.get("error") if isinstance(body.get("error"), str) else ""
-        detail = body.get("detail") if isinstance(body.get("detail"), str) else ""
+        raw_code, raw_detail = body.get("error"), body.get("detail")
+        code = raw_code if isinstance(raw_code, str) else ""
+        detail = raw_detail if isinstance(raw_detail, str) else ""
         # Only the contract's own "503 unavailable" promises that nothing was applied. A bare
         # 503 or a 429 may come from something in front of the order system after the write
         # was forwarded: for a write that is no promise at all.

@@ -140,22 +140,3 @@ class ProtocolViolation(OrderSystemError):
     """
 
     default_error = "protocol_violation"
-
-
-# --- Approval grants (Holdfast's own checks; the receiver verifies independently) ----------
-
-
-class GrantError(Exception):
-    """Base of approval-grant verification failures."""
-
-    error = "approval_invalid"
-
-
-class GrantInvalid(GrantError):
-    """Malformed, wrongly signed, or not for this operation/order/change."""
-
-
-class GrantExpired(GrantError):
-    """Correctly signed, but its ``expires_at`` has passed."""
-
-    error = "approval_expired"

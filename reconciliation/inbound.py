@@ -25,7 +25,8 @@ resend them by hand. So:
   is a failed attempt (nothing changed, retried on the backoff), never a guess.
 - ``inbound_events_retry_due`` (django-q2 schedule, every minute) processes failed events whose
   next attempt is due, on the shared bounded backoff, and pending events nobody picked up.
-  After ``MAX_ATTEMPTS`` an event stays ``failed`` and visible in the admin.
+  After the ``inbound`` retry policy's bound (``cases.retries.INBOUND``) an event stays
+  ``failed`` and visible in the admin.
 """
 
 from __future__ import annotations
@@ -40,10 +41,12 @@ from django.db.models import F, Max, Q
 from django.utils import timezone
 
 from approvals.services import proposal_invalidate_for_source_change
-from cases.backoff import next_retry_at
+from cases.codes import Action
+from cases.kernel import Worker, bump_and_save, lock_case, record_event
 from cases.models import TERMINAL_STATUSES, Case, EvidenceReference, Status
+from cases.retries import INBOUND
 from cases.scheduling import enqueue_on_commit
-from cases.services import Worker, _bump_and_save, evidence_add, lock_case, record_event
+from cases.services import evidence_add
 from reconciliation.client import OrderSystemClient
 from reconciliation.exceptions import OrderSystemError
 from reconciliation.models import InboundEvent
@@ -54,8 +57,9 @@ Processing = InboundEvent.Processing
 
 PROCESS_TASK = "reconciliation.tasks_inbound.process_event"
 ORDER_UPDATED = "order.updated"
-# Automatic processing attempts before an event is left failed for a person (or a resend).
-MAX_ATTEMPTS = 10
+# Automatic processing attempts before an event is left failed for a person (or a resend): the
+# ``inbound`` retry policy's bound (``settings.INBOUND_ATTEMPT_LIMIT``, this by default).
+MAX_ATTEMPTS = INBOUND.default_limit
 # A pending event nobody processed within this time (its queued task was lost) is swept up.
 PENDING_GRACE = dt.timedelta(minutes=2)
 # Case statuses whose open proposal or approval an order change voids.
@@ -172,7 +176,7 @@ def inbound_event_process(*, event_id: str, client: OrderSystemClient | None = N
     Every change to cases and the ``processed`` mark commit together, or nothing does: on any
     error (the order's account could not be read, or applying failed) the event is marked
     ``failed`` with attempts + 1, the error and the next attempt time (bounded backoff; none
-    after ``MAX_ATTEMPTS``), and the error is not raised.
+    after the ``inbound`` policy's bound), and the error is not raised.
     """
     account: str | None = None
     try:
@@ -228,8 +232,8 @@ def _record_failure(event_id: str, exc: Exception, account: str | None = None) -
         event.attempts += 1
         event.processing = Processing.FAILED
         event.last_error = f"{type(exc).__name__}: {exc}"[:2000]
-        if event.attempts < MAX_ATTEMPTS:
-            event.next_attempt_at = next_retry_at(event.attempts)
+        if not INBOUND.gives_up(event.attempts):
+            event.next_attempt_at = INBOUND.next_try_at(event.attempts)
             event.outcome = (
                 f"Attempt {event.attempts} failed; nothing was changed. Next attempt "
                 f"{timezone.localtime(event.next_attempt_at):%Y-%m-%d %H:%M:%S}."
@@ -329,10 +333,10 @@ def _apply_to_case(case_id: int, event: InboundEvent, actor: Worker) -> str:
         consequence = "the open proposal and any approval are checked against it"
     else:
         consequence = "the next source check reads it"
-    _bump_and_save(case, [])
+    bump_and_save(case, [])
     record_event(
         case=case,
-        action="reconciliation.order_event.recorded",
+        action=Action.ORDER_EVENT_RECORDED,
         actor=actor,
         reason=f"The order system reported order {event.order_id} at version {version} "
         f"(known: {known if known is not None else 'none'}); {consequence}",
@@ -361,7 +365,7 @@ def inbound_events_due(now: dt.datetime | None = None):
     picked up within ``PENDING_GRACE``."""
     now = now or timezone.now()
     return InboundEvent.objects.filter(
-        Q(processing=Processing.FAILED, attempts__lt=MAX_ATTEMPTS, next_attempt_at__lte=now)
+        Q(processing=Processing.FAILED, attempts__lt=INBOUND.limit, next_attempt_at__lte=now)
         | Q(processing=Processing.PENDING, next_attempt_at__lte=now - PENDING_GRACE)
     ).order_by("next_attempt_at", "pk")
 

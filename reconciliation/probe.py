@@ -19,10 +19,12 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from django.utils import timezone
 
+from approvals.grants import grant_issue
 from reconciliation.client import (
     FenceResult,
     OperationRecord,
@@ -38,7 +40,6 @@ from reconciliation.exceptions import (
     OrderSystemError,
     UnknownOperation,
 )
-from reconciliation.grants import grant_issue
 from reconciliation.models import CAPABILITIES, OrderSystemProfile
 
 logger = logging.getLogger(__name__)
@@ -158,11 +159,14 @@ class _ProbeRun:
             expires_at=timezone.now() + expires_in,
         )
 
-    def call(self, where: str | None, request: str, fn: Callable[[], Any]):
+    def call(
+        self, where: str | None, request: str, fn: Callable[[], Any]
+    ) -> tuple[Any, Exception | None]:
         """Run one request; record it; return ``(result, None)`` or ``(None, error)``."""
         step: dict[str, Any] = {"request": request}
         started = time.monotonic()
-        result, error = None, None
+        result: Any = None
+        error: Exception | None = None
         try:
             result = fn()
         except OrderSystemError as exc:
@@ -244,7 +248,7 @@ class _ProbeRun:
             date = today + dt.timedelta(days=offset)
             if date == order.delivery_date:
                 continue
-            slot, _ = self.call(None, f"GET /slots/{date}", lambda d=date: self.client.get_slot(d))
+            slot, _ = self.call(None, f"GET /slots/{date}", partial(self.client.get_slot, date))
             if isinstance(slot, Slot) and slot.free > 0:
                 found.append(date)
                 if len(found) == 2:
@@ -433,7 +437,14 @@ class _ProbeRun:
                 name, True, "The applied operation was found with its result; an unknown key 404s."
             )
 
-    def expect(self, name: str, result, error, error_class: type, code: str) -> None:
+    def expect(
+        self,
+        name: str,
+        result: object,
+        error: Exception | None,
+        error_class: type[OrderSystemError],
+        code: str,
+    ) -> None:
         if isinstance(error, error_class) and error.error == code:
             self.verdict(name, True, f"Refused with {error.status} {code}, as required.")
         else:

@@ -6,18 +6,8 @@ operation that may have been sent or approved, and every non-terminal attempt, i
 reconciled against the source (fence, then the consistent lookup) — nothing is re-applied because
 the restored records lack a confirmation.
 
-Detection, two ways:
-
-- From the host: the database carries an identity and an epoch (``SystemMarker``); each worker
-  host keeps the highest epoch it saw in a file outside the database. A database whose epoch is
-  behind that file went back in time. The dispatcher advances the epoch on every tick.
-- From the source, with no host file at all (a fresh host, a dump older than the marker): the
-  order system has seen a fencing token above this database's sequence, or applied an operation
-  whose key these records lack (or show as never sent). Every token comes from this database's
-  sequence, so neither can happen unless the records went back in time. The dispatcher asks
-  before it hands out claims, and a claim asks itself when nobody asked recently
-  (``SOURCE_CHECK_MAX_AGE``); the answer of the last clean check is kept in the database, so a
-  restored copy carries an old one and is asked again.
+Detection (is this database restored?) is the leaf ``reconciliation.restored``; recovery builds
+on settlement (``reconciliation.settle``): each suspect case is reconciled as any held case is.
 
 Recovery advances the fencing sequence past every token the order system has seen, and the
 reference counters (case and approval numbers) past the highest rows and every reference the
@@ -27,101 +17,36 @@ list (``REFERENCE_GAP``).
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import logging
 import re
-import uuid
 from collections.abc import Callable
-from pathlib import Path
 
-from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Max, Q
-from django.utils import timezone
+from django.db.models import Max, Q
 
 from approvals.models import Approval, Operation, Proposal
-from cases.exceptions import CaseError
+from cases.attempts import attempt_set_state
+from cases.codes import Action
 from cases.fencing import counter_raise_to, fencing_current, fencing_raise_to
-from cases.models import OPEN_STATUSES, Attempt, Case, Status, SystemMarker, WaitingOn
-from cases.services import Worker, apply_transition, lock_case, record_fact
+from cases.kernel import Worker, apply_transition, lock_case, record_fact
+from cases.models import OPEN_STATUSES, Attempt, Case, Status, WaitingOn
+from reconciliation.client import OrderSystemClient
+from reconciliation.exceptions import OrderSystemError
+from reconciliation.restored import (
+    OPERATION_KEY,
+    marker_advance,
+    restore_detected_at_source,
+    source_verified,
+)
+from reconciliation.settle import case_reconcile, held_operation
 
 logger = logging.getLogger(__name__)
 
-MARKER = "database"
-# The last clean comparison with the order system: ``epoch`` holds this database's fencing
-# sequence at that moment (every token up to it was accounted for), ``updated_at`` its time.
-SOURCE_MARKER = "source"
-SOURCE_CHECK_MAX_AGE = dt.timedelta(seconds=60)
 # After a restore the token sequence is behind tokens already used at the order system.
 FENCING_JUMP = 1_000_000
 # Case and approval numbers handed out after the backup that the order system never saw.
 REFERENCE_GAP = 1000
-# The event recovery writes on a case whose operation it found applied: whatever followed the
-# apply (the customer's notification) is not in these records.
-APPLIED_BEFORE_RESTORE = "reconciliation.restore.applied_before_restore"
-_OPERATION_KEY = re.compile(r"DATE-(\d+)-\d+")
 _APPROVAL_REFERENCE = re.compile(r"AP-(\d+)")
-
-
-class RecoveryRequired(CaseError):
-    code = "recovery_required"
-    http_status = 503
-
-
-def _marker_file(identity: str) -> Path:
-    # One file per database identity: hosts that talk to several databases (development,
-    # tests) never mistake one database for a restored copy of another.
-    return Path(settings.HOLDFAST_STATE_DIR) / f"database-{identity}.json"
-
-
-def _read_epoch(identity: str) -> int | None:
-    try:
-        return int(json.loads(_marker_file(identity).read_text())["epoch"])
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
-        return None
-
-
-def _write_epoch(identity: str, epoch: int) -> None:
-    path = _marker_file(identity)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"identity": identity, "epoch": epoch}))
-    tmp.replace(path)
-
-
-def restore_detected() -> str:
-    """Why this database looks restored, or '' if it does not."""
-    marker = SystemMarker.objects.filter(name=MARKER).first()
-    if marker is None:
-        return ""
-    seen = _read_epoch(marker.identity)
-    if seen is not None and marker.epoch < seen:
-        return (
-            f"the database epoch {marker.epoch} is behind {seen}, the last this host saw: "
-            "it was restored from an older backup"
-        )
-    return ""
-
-
-def restore_guard() -> None:
-    """Refuse to start work on a database that went back in time until recovery ran."""
-    why = restore_detected()
-    if why:
-        raise RecoveryRequired(
-            f"Recovery after restore is required: {why}. Run `manage.py recover_after_restore`."
-        )
-
-
-def marker_advance() -> int:
-    """Advance the database epoch and remember it outside the database. Returns the epoch."""
-    marker, _ = SystemMarker.objects.get_or_create(
-        name=MARKER, defaults={"identity": uuid.uuid4().hex, "epoch": 0}
-    )
-    SystemMarker.objects.filter(name=MARKER).update(epoch=F("epoch") + 1)
-    marker.refresh_from_db()
-    _write_epoch(marker.identity, marker.epoch)
-    return marker.epoch
 
 
 def suspects() -> list[int]:
@@ -141,93 +66,9 @@ def suspects() -> list[int]:
     )
 
 
-# --- detection from the source ------------------------------------------------------------
-
-
-def source_verified(*, through: int | None = None) -> None:
-    """Record a clean comparison with the order system: every token up to ``through`` (default:
-    the sequence now) is accounted for."""
-    through = fencing_current() if through is None else through
-    SystemMarker.objects.update_or_create(
-        name=SOURCE_MARKER, defaults={"identity": "order-system", "epoch": through}
-    )
-
-
-def source_check_forget() -> None:
-    """The next claim or dispatch asks the order system again (something looked wrong)."""
-    SystemMarker.objects.filter(name=SOURCE_MARKER).delete()
-
-
-def source_check_due(now: dt.datetime | None = None) -> bool:
-    marker = SystemMarker.objects.filter(name=SOURCE_MARKER).first()
-    now = now or timezone.now()
-    return marker is None or marker.updated_at < now - SOURCE_CHECK_MAX_AGE
-
-
-def _holdfast_operation(seen, sandbox: set[str]) -> bool:
-    # Only a case's operation keys (DATE-41-1) count, on any order. The capability probe writes
-    # its sandbox order under keys of its own (PROBE-…), never a case's, so those never count;
-    # drill cases on sandbox orders are cases like any other (the restore drill relies on it).
-    return bool(_OPERATION_KEY.fullmatch(seen.operation_key))
-
-
-def restore_detected_at_source(*, client=None, force: bool = False) -> str:
-    """Why the order system shows these records to be older than itself, or ''.
-
-    Asks (one ``GET /fences/max``) only when no clean check is recent, unless ``force``. An
-    order system that cannot answer proves nothing either way: '' is returned, the check stays
-    due, and the write itself still carries the operation key and the fencing token.
-    """
-    from reconciliation.client import OrderSystemClient
-    from reconciliation.exceptions import OrderSystemError
-
-    if not force and not source_check_due():
-        return ""
-    local = fencing_current()
-    marker = SystemMarker.objects.filter(name=SOURCE_MARKER).first()
-    accounted = min(marker.epoch, local) if marker else 0
-    own_client = client is None
-    client = client or OrderSystemClient.from_settings()
-    try:
-        seen = client.fences_seen(above=accounted)
-    except OrderSystemError as exc:
-        logger.warning("Could not compare these records with the order system: %s", exc)
-        return ""
-    finally:
-        if own_client:
-            client.close()
-    if seen.max_token > local:
-        return (
-            f"the order system has seen fencing token {seen.max_token}, above this database's "
-            f"sequence ({local}): these records are older than the order system"
-        )
-    sandbox = set(settings.ORDER_SYSTEM_SANDBOX_ORDERS)
-    for item in seen.operations:
-        if not _holdfast_operation(item, sandbox):
-            continue
-        operation = Operation.objects.filter(key=item.operation_key).first()
-        if operation is None:
-            return (
-                f"the order system applied {item.operation_key} (token {item.fencing_token}), "
-                "an operation these records do not know"
-            )
-        sent = operation.attempts.filter(submitted_at__isnull=False).exists()
-        if operation.confirmed_at is None and not sent:
-            return (
-                f"the order system applied {item.operation_key} (token {item.fencing_token}) "
-                "while these records show no attempt that sent it"
-            )
-    through = seen.operations[-1].fencing_token if seen.truncated else local
-    source_verified(through=through)
-    return ""
-
-
-def _references_seen(client) -> tuple[int, int, int]:
+def _references_seen(client: OrderSystemClient | None) -> tuple[int, int, int]:
     """(highest token, highest case number, highest approval number) the order system shows;
     zeros when it cannot answer."""
-    from reconciliation.client import OrderSystemClient
-    from reconciliation.exceptions import OrderSystemError
-
     own_client = client is None
     client = client or OrderSystemClient.from_settings()
     cases = approvals = 0
@@ -240,14 +81,14 @@ def _references_seen(client) -> tuple[int, int, int]:
         if own_client:
             client.close()
     for item in seen.operations:
-        if match := _OPERATION_KEY.fullmatch(item.operation_key):
+        if match := OPERATION_KEY.fullmatch(item.operation_key):
             cases = max(cases, int(match.group(1)))
         if match := _APPROVAL_REFERENCE.fullmatch(item.approval_id):
             approvals = max(approvals, int(match.group(1)))
     return seen.max_token, cases, approvals
 
 
-def advance_counters(*, client=None) -> dict:
+def advance_counters(*, client: OrderSystemClient | None = None) -> dict[str, int]:
     """Move the fencing sequence and the case and approval counters past everything already
     used: these rows, and what the order system has seen. Returns the new floors."""
     token, case_seen, approval_seen = _references_seen(client)
@@ -272,10 +113,13 @@ def advance_counters(*, client=None) -> dict:
     return floors
 
 
-def recover_after_restore(*, progress: Callable[[str], None] = print, client=None) -> dict:
-    """Hold every suspect case, then reconcile each against the source. Returns a summary."""
-    from reconciliation.settle import case_reconcile, held_operation
+def recover_after_restore(
+    *, progress: Callable[[str], None] = print, client: OrderSystemClient | None = None
+) -> dict:
+    """Hold every suspect case, then reconcile each against the source. Returns a summary.
 
+    The reconciliation runs as recovery (``recovering=True``): the restore it repairs is still
+    detected until the epoch advances at the end, and must not stop its own settlement."""
     worker = Worker("restore-recovery")
     floors = advance_counters(client=client)  # first: the fences below use fresh tokens
     pending = suspects()
@@ -284,9 +128,17 @@ def recover_after_restore(*, progress: Callable[[str], None] = print, client=Non
     for pk in pending:
         with transaction.atomic():
             case = lock_case(pk)
-            Attempt.objects.filter(case=case, state__in=Attempt.ACTIVE).update(
-                state=Attempt.State.LEASE_EXPIRED
-            )
+            # Whatever ran before the restore is over; when it ended is not known.
+            for attempt in case.attempts.filter(state__in=Attempt.ACTIVE):
+                attempt_set_state(
+                    attempt,
+                    Attempt.State.LEASE_EXPIRED,
+                    case=case,
+                    actor=worker,
+                    event=Action.RESTORE_ATTEMPT_ENDED,  # a lost worker
+                    reason=f"{attempt.reference} was running in the restored records: it is "
+                    "treated as a lost worker, and the case is reconciled before anything resumes",
+                )
             if case.status != Status.HELD:
                 apply_transition(
                     case,
@@ -300,7 +152,7 @@ def recover_after_restore(*, progress: Callable[[str], None] = print, client=Non
     outcomes: dict[str, int] = {}
     for index, pk in enumerate(pending, start=1):
         operation = held_operation(Case.objects.get(pk=pk))
-        outcome = case_reconcile(case_id=pk, actor=worker)
+        outcome = case_reconcile(case_id=pk, actor=worker, recovering=True)
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
         if outcome == "applied" and operation is not None:
             _note_applied_before_restore(pk, operation.key, worker)
@@ -324,7 +176,7 @@ def _note_applied_before_restore(case_id: int, key: str, worker: Worker) -> None
         case = lock_case(case_id)
         record_fact(
             case=case,
-            action=APPLIED_BEFORE_RESTORE,
+            action=Action.RESTORE_APPLIED_BEFORE_RESTORE,
             actor=worker,
             reason=f"{key} was applied after the restored backup was taken: the customer may "
             "already have been told, so the notification is not sent again automatically",
@@ -332,7 +184,7 @@ def _note_applied_before_restore(case_id: int, key: str, worker: Worker) -> None
         )
 
 
-def restore_check_before_unsent_decision(case) -> None:
+def restore_check_before_unsent_decision(case: Case) -> None:
     """Registered in ``cases.services.UNSENT_DECISION_CHECKS``: before a ready case is cancelled
     or sent back to review as if nothing was sent, compare these records with the order system;
     if they are older, recover first (the case is then held and settled from evidence).

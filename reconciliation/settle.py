@@ -7,46 +7,79 @@ read by key from the consistent lookup. Found with the intended change → the c
 record it and resume the steps after apply. Proven absent after the fence → the same operation may
 be applied again by a new attempt, if the approval is still valid and nothing was cancelled.
 Anything less — a lagging search's "not found", an unreachable source, a failed fence — is not
-proof: the case stays held with its owner, the reason and a next check on a bounded backoff.
+proof: the case stays held with its owner, the reason and a next check on a bounded backoff
+(the ``reconcile`` retry policy); after its limit it stays held, flagged for a person, with no
+automatic next check (``reconciliation.retries``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import Operation, Proposal
 from approvals.services import review_due_at
-from cases.backoff import next_retry_at
+from cases.codes import Action
 from cases.exceptions import CaseError, InvalidCaseInput, TransitionRejected
 from cases.fencing import next_fencing_token
-from cases.models import CancellationRequest, Case, EvidenceReference, Status, WaitingOn
-from cases.services import (
+from cases.kernel import (
     Actor,
     Worker,
-    _bump_and_save,
-    _check_version,
-    _require,
     apply_transition,
-    evidence_add,
+    bump_and_save,
+    case_step,
+    check_version,
     lock_case,
     record_event,
+    require,
 )
+from cases.models import CancellationRequest, Case, EvidenceReference, Status, WaitingOn
+from cases.retries import retries_reset
+from cases.services import evidence_add
 from reconciliation.client import OperationRecord, OrderSystemClient
+from reconciliation.complete import case_complete
 from reconciliation.exceptions import OrderSystemError, UnknownOperation
+from reconciliation.restored import restore_detected
+from reconciliation.retries import Words, transient_failure_record
 
 
 @dataclass(frozen=True)
-class Finding:
-    """What the order system showed: ``applied`` (with the record), ``absent`` (proven after a
-    fence), or ``unknown`` (no proof either way, with the reason)."""
+class Applied:
+    """The consistent lookup, after the fence at ``fence_token``, holds the operation with the
+    intended change (``record``): the change happened."""
 
-    verdict: str
+    verdict: ClassVar[str] = "applied"  # as stored in the settlement event's detail
+    reason: str
+    record: OperationRecord
+    fence_token: int
+
+
+@dataclass(frozen=True)
+class Absent:
+    """After the fence at ``fence_token``, the consistent lookup does not know the operation:
+    proof that it was not applied and no older token can apply it any more."""
+
+    verdict: ClassVar[str] = "absent"
+    reason: str
+    fence_token: int
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """No proof either way (the fence or the lookup failed, or the key holds another change),
+    with the reason; ``fence_token`` is set when the fence was raised before the look."""
+
+    verdict: ClassVar[str] = "unknown"
     reason: str
     record: OperationRecord | None = None
     fence_token: int | None = None
+
+
+# What the order system showed about a held operation.
+Finding = Applied | Absent | Unknown
 
 
 def held_operation(case: Case) -> Operation | None:
@@ -64,30 +97,25 @@ def investigate(case: Case, operation: Operation, client: OrderSystemClient) -> 
     try:
         client.fence(operation.order_id, token)
     except OrderSystemError as exc:
-        return Finding("unknown", f"the fence could not be raised ({exc.error}): not proof")
+        return Unknown(f"the fence could not be raised ({exc.error}): not proof")
     try:
         record = client.get_operation(operation.key)
     except UnknownOperation:
-        return Finding(
-            "absent",
+        return Absent(
             f"after the fence at token {token}, the consistent lookup "
             f"does not know {operation.key}",
             fence_token=token,
         )
     except OrderSystemError as exc:
-        return Finding(
-            "unknown", f"the consistent lookup failed ({exc.error}): not proof", fence_token=token
-        )
+        return Unknown(f"the consistent lookup failed ({exc.error}): not proof", fence_token=token)
     if record.order_id != operation.order_id or record.delivery_date != operation.delivery_date:
-        return Finding(
-            "unknown",
+        return Unknown(
             f"{operation.key} exists with another change "
             f"({record.order_id} → {record.delivery_date}); a person must look",
             record,
             token,
         )
-    return Finding(
-        "applied",
+    return Applied(
         f"{operation.key} found applied at order version {record.order_version}",
         record,
         token,
@@ -95,20 +123,24 @@ def investigate(case: Case, operation: Operation, client: OrderSystemClient) -> 
 
 
 def case_reconcile(
-    *, case_id: int, client: OrderSystemClient | None = None, actor: Actor | None = None
+    *,
+    case_id: int,
+    client: OrderSystemClient | None = None,
+    actor: Actor | None = None,
+    recovering: bool = False,
 ) -> str:
-    """Settle a held case from evidence if the order system's autonomy allows it."""
+    """Settle a held case from evidence if the order system's autonomy allows it.
+
+    A worker does not settle on a database detected as restored: recovery does, and says so
+    with ``recovering`` (the restore stays detected until recovery ends). A person may."""
     from reconciliation.selectors import current_autonomy
 
     actor = actor or Worker.current("reconcile")
-    if isinstance(actor, Worker) and actor.label != "restore-recovery":
-        from reconciliation.restore import restore_detected
-
-        if restore_detected():
-            return "skipped: recovery after restore required"
+    if isinstance(actor, Worker) and not recovering and restore_detected():
+        return "skipped: recovery after restore required"
     case = Case.objects.select_related("team").get(pk=case_id)
     if not isinstance(actor, Worker):
-        _require(actor, "cases.lead_case", case, "reconcile the case")
+        require(actor, "cases.lead_case", case, "reconcile the case")
     if case.status != Status.HELD:
         return "skipped"
     if isinstance(actor, Worker) and not current_autonomy().is_autonomous:
@@ -136,10 +168,10 @@ def _note_manual_needed(case_id: int, version: int, actor: Actor) -> str:
         case.waiting_reason = (
             "The order system is not autonomous: the owner records the settlement from evidence"
         )
-        _bump_and_save(case, ["next_check_at", "waiting_on", "waiting_reason"])
+        bump_and_save(case, ["next_check_at", "waiting_on", "waiting_reason"])
         record_event(
             case=case,
-            action="reconciliation.manual_settlement_needed",
+            action=Action.MANUAL_SETTLEMENT_NEEDED,
             actor=actor,
             reason=case.waiting_reason,
         )
@@ -161,10 +193,10 @@ def _record_finding(
             # The case changed while this investigation ran (another reconciler settled it, a
             # new attempt was made): the finding describes the past. Look again.
             case.next_check_at = timezone.now()
-            _bump_and_save(case, ["next_check_at"])
+            bump_and_save(case, ["next_check_at"])
             record_event(
                 case=case,
-                action="reconciliation.finding_discarded",
+                action=Action.FINDING_DISCARDED,
                 actor=actor,
                 reason=f"The case changed during the investigation ({finding.verdict}: "
                 f"{finding.reason}); it is looked at again",
@@ -176,30 +208,37 @@ def _record_finding(
             "fence_token": finding.fence_token,
             "verdict": finding.verdict,
         }
-        if finding.verdict == "unknown":
-            return _stay_held(case, actor, finding.reason, detail)
-        if finding.verdict == "applied":
-            return _settle_applied(case, operation, finding.record, actor, finding.reason, detail)
-        return _settle_absent(case, operation, actor, finding.reason, detail)
+        match finding:
+            case Unknown():
+                return _stay_held(case, actor, finding.reason, detail)
+            case Applied():
+                return _settle_applied(
+                    case, operation, finding.record, actor, finding.reason, detail
+                )
+            case Absent():
+                return _settle_absent(case, operation, actor, finding.reason, detail)
 
 
 def _stay_held(case: Case, actor: Actor, reason: str, detail: dict) -> str:
-    case.retry_count += 1
-    case.next_check_at = next_retry_at(case.retry_count)
-    case.waiting_on = WaitingOn.OWNER
-    case.waiting_reason = f"Still unknown: {reason}"[:200]
-    case.last_error = reason
-    _bump_and_save(
-        case, ["retry_count", "next_check_at", "waiting_on", "waiting_reason", "last_error"]
-    )
-    record_event(
+    """No proof either way: the case stays held. One more failure of the ``reconcile`` policy
+    (its own counter): looked at again on the backoff or, at the limit, flagged for a person
+    while it stays held (``transient_failure_record``): never settled on a guess."""
+    outcome = transient_failure_record(
         case=case,
-        action="reconciliation.still_unknown",
+        kind="reconcile",
+        error=reason,
         actor=actor,
-        reason=f"{reason}; next check {timezone.localtime(case.next_check_at):%Y-%m-%d %H:%M:%S}",
-        detail={**detail, "next_check_at": case.next_check_at.isoformat()},
+        detail=detail,
+        retry=Words(reason="{error}; next check {next_check}", waiting="Still unknown: {error}"),
+        give_up=Words(
+            reason="Still unknown after {failures} checks: {error}. Nothing is settled on a "
+            "guess; a person settles it from evidence",
+            waiting="Still unknown after {failures} checks: settle it from evidence",
+        ),
+        retry_event=Action.STILL_UNKNOWN,
+        retry_waiting_on=WaitingOn.OWNER,
     )
-    return "still held"
+    return "still held: a person settles it" if outcome.gave_up else "still held"
 
 
 def _pending_cancellations(case: Case):
@@ -252,37 +291,31 @@ def _settle_applied(
         kind="operation_lookup",
         summary=f"Consistent lookup: {operation.key} applied, order version {record.order_version}",
     )
-    from cases.services import cancellations_mark_after_change
-
     late = [c.pk for c in _pending_cancellations(case)]
-    note = cancellations_mark_after_change(case)
     version_seen = record.order_version or case.last_checked_order_version
     if case.revoked_at is not None:
         # Authority is revoked: record the change as done; no further steps run.
-        apply_transition(
+        case_complete(
             case,
-            "complete",
             actor=actor,
             reason=f"Proven applied: {reason}. It landed before the revocation took effect; "
-            f"no further steps run. {note}".strip(),
+            "no further steps run.",
             detail={**detail, "order_version": record.order_version, "late_cancellations": late},
             last_checked_order_version=version_seen,
             last_error="",
-            outstanding_question=note or case.outstanding_question,
         )
         return "applied"
-    apply_transition(
+    case_complete(
         case,
-        "resume_steps",
         actor=actor,
-        reason=f"Proven applied: {reason}. {note}".strip(),
+        transition="resume_steps",
+        reason=f"Proven applied: {reason}.",
         detail={**detail, "order_version": record.order_version, "late_cancellations": late},
         waiting=(WaitingOn.WORKER, "Proven applied; the steps after apply resume"),
         next_check_at=now,
-        retry_count=0,
         last_checked_order_version=version_seen,
+        **retries_reset(case, "reconcile", "apply"),
         last_error="",
-        outstanding_question=note or case.outstanding_question,
     )
     return "applied"
 
@@ -291,10 +324,10 @@ def _settle_absent(
     case: Case, operation: Operation, actor: Actor, reason: str, detail: dict
 ) -> str:
     from approvals.services import (
-        _revoke_approvals,
         live_approval,
         open_proposal,
         proposal_return_to_review,
+        proposal_withdraw,
     )
 
     now = timezone.now()
@@ -304,10 +337,7 @@ def _settle_absent(
         )
         proposal = open_proposal(case)
         if proposal is not None:
-            _revoke_approvals(proposal, "Cancelled by the customer")
-            proposal.status = Proposal.Status.WITHDRAWN
-            proposal.closed_at = now
-            proposal.save(update_fields=["status", "closed_at"])
+            proposal_withdraw(proposal, "Cancelled by the customer")
         target = "settle_stopped" if case.revoked_at else "settle_cancelled"
         apply_transition(
             case,
@@ -347,8 +377,8 @@ def _settle_absent(
         reason=f"Proven absent: {reason}. A new attempt may apply the same "
         f"operation {operation.key}",
         next_check_at=now,
-        retry_count=0,
         last_error="",
+        **retries_reset(case, "reconcile", "apply"),
     )
     return "absent"
 
@@ -381,8 +411,8 @@ def case_settle_manually(
             },
         )
     fresh = Case.objects.get(pk=case.pk)
-    _require(actor, "cases.lead_case", fresh, "record a settlement")
-    _check_version(fresh, expected_version)
+    require(actor, "cases.lead_case", fresh, "record a settlement")
+    check_version(fresh, expected_version)
     if fresh.status != Status.HELD:
         raise TransitionRejected(f"{fresh.reference} is not held.", allowed=[])
     operation = held_operation(fresh)
@@ -403,12 +433,12 @@ def case_settle_manually(
             # Close the door first: a paused worker must not apply what is declared absent.
             finding = investigate(fresh, operation, client)
             fence_token = finding.fence_token
-            if finding.verdict == "applied":
+            if isinstance(finding, Applied):
                 raise SettlementContradicted(
                     f"The consistent lookup shows {operation.key} applied at order version "
                     f"{finding.record.order_version}: it cannot be settled as absent."
                 )
-            if finding.verdict == "unknown" and fences:
+            if isinstance(finding, Unknown) and fences:
                 raise SettlementUnproven(
                     f"Not settled: {finding.reason}. Absent can be recorded only once the "
                     "door is closed; try again when the order system answers."
@@ -437,7 +467,7 @@ def case_settle_manually(
             client.close()
     with transaction.atomic():
         case = lock_case(case.pk)
-        _check_version(case, expected_version)
+        check_version(case, expected_version)
         if fence_token is not None and case.attempts.filter(fencing_token__gt=fence_token).exists():
             raise SettlementUnproven("A newer attempt started meanwhile: look again.")
         evidence_add(
@@ -484,17 +514,25 @@ def case_propose_reversal(*, case: Case, actor: Actor, expected_version: int) ->
     """
     from approvals.services import proposal_prepare
 
-    with transaction.atomic():
-        case = lock_case(case.pk)
-        _require(actor, "cases.work_case", case, "propose a reversal")
-        _check_version(case, expected_version)
+    with case_step(
+        case,
+        actor=actor,
+        permission="cases.work_case",
+        what="propose a reversal",
+        expected_version=expected_version,
+    ) as case:
         if case.order_delivery_date_seen is None:
             raise TransitionRejected("The original delivery date is not on record.", allowed=[])
-        from approvals.services import _close_proposal, open_proposal
+        from approvals.services import open_proposal, proposal_withdraw
 
         applied = open_proposal(case)
         if applied is not None:
-            _close_proposal(applied, Proposal.Status.SUPERSEDED, "Applied; a reversal is proposed")
+            proposal_withdraw(
+                applied,
+                "Applied; a reversal is proposed",
+                status=Proposal.Status.SUPERSEDED,
+                revoke_approvals=False,
+            )
         apply_transition(
             case,
             "reopen_for_reversal",
@@ -514,10 +552,13 @@ def case_record_customer_told(
     was applied before a withdrawal took effect): the notify step is confirmed by hand."""
     if not reason.strip():
         raise InvalidCaseInput("Say how the customer was told.", fields={"reason": ["Required."]})
-    with transaction.atomic():
-        case = lock_case(case.pk)
-        _require(actor, "cases.work_case", case, "record that the customer was told")
-        _check_version(case, expected_version)
+    with case_step(
+        case,
+        actor=actor,
+        permission="cases.work_case",
+        what="record that the customer was told",
+        expected_version=expected_version,
+    ) as case:
         untold = Operation.objects.filter(
             case=case, confirmed_at__isnull=False, notified_at__isnull=True
         )
@@ -529,10 +570,10 @@ def case_record_customer_told(
                 allowed=[],
             )
         untold.update(notified_at=timezone.now())
-        _bump_and_save(case, [])
+        bump_and_save(case, [])
         record_event(
             case=case,
-            action="cases.step.notified",
+            action=Action.STEP_NOTIFIED,
             actor=actor,
             reason=f"Customer told by hand: {reason.strip()}",
             detail={"operations": keys, "by_hand": True},

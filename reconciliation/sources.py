@@ -2,42 +2,36 @@
 
 The HTTP read happens outside any transaction; the outcome is recorded under the case lock.
 An unreachable source is not a reason to guess: the case keeps waiting on the order system
-with its next check on a bounded backoff. ``Case.retry_count`` counts consecutive failed checks
-(a successful check, or a person asking for a check, resets it); the check that reaches
+with its next check on a bounded backoff. The ``source_check`` retry counter
+(``cases.retries``; its own, never the apply's) counts consecutive failed checks (a successful
+check, or a person asking for a check, resets it); the check that reaches
 ``settings.SOURCE_CHECK_ATTEMPT_LIMIT`` hands the case to its owner in *needs attention*, where
-nothing is checked again until a person asks.
+nothing is checked again until a person asks (``reconciliation.retries``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from django_fsm import can_proceed
 
-from cases.backoff import next_retry_at
+from cases.codes import Action
+from cases.kernel import Actor, Worker, apply_transition, lock_case
 from cases.models import Case, EvidenceReference, Status, WaitingOn
+from cases.retries import retries_reset
 from cases.scheduling import enqueue_on_commit
-from cases.services import (
-    Worker,
-    _bump_and_save,
-    apply_transition,
-    evidence_add,
-    lock_case,
-    record_event,
-)
+from cases.services import evidence_add
 from reconciliation.client import OrderSystemClient
 from reconciliation.exceptions import OrderSystemError, UnknownOrder
+from reconciliation.restored import restore_detected
+from reconciliation.retries import Words, literal, transient_failure_record
 
 CHECKABLE = {Status.WAITING_SOURCE, Status.PREPARING_PROPOSAL, Status.AWAITING_REVIEW, Status.READY}
 
 
 def source_check(*, case_id: int, client: OrderSystemClient | None = None) -> str:
     """Read the case's order and act on what it shows. Safe to run twice; returns an outcome."""
-    from reconciliation.restore import restore_detected
-
     if restore_detected():
         return "skipped: recovery after restore required"
     case = Case.objects.select_related("account").get(pk=case_id)
@@ -97,10 +91,10 @@ def source_check(*, case_id: int, client: OrderSystemClient | None = None) -> st
                 next_check_at=timezone.now(),
                 last_checked_order_version=order.version,
                 order_delivery_date_seen=order.delivery_date,
-                retry_count=0,
                 last_error="",
+                **retries_reset(case, "source_check"),
             )
-            enqueue_on_commit("approvals.tasks.prepare_proposal", case.pk)
+            enqueue_on_commit("reconciliation.tasks.prepare_proposal", case.pk)
             return "checked"
         from approvals.services import proposal_invalidate_for_source_change
 
@@ -154,68 +148,31 @@ def source_failure_text(exc: OrderSystemError, failed_checks: int, at: dt.dateti
     return f"The order system {what} on {checks}; last at {when} ({code})"[:500]
 
 
-def _source_unavailable(case_id: int, actor, exc: OrderSystemError) -> str:
-    """Count one more consecutive failed check: back off, or give the case to its owner."""
+def _source_unavailable(case_id: int, actor: Actor, exc: OrderSystemError) -> str:
+    """Count one more consecutive failed check: back off, or give the case to its owner
+    (``transient_failure_record``, the ``source_check`` policy)."""
     with transaction.atomic():
         case = lock_case(case_id)
         if case.status != Status.WAITING_SOURCE:
             return "skipped"
-        failed_checks = case.retry_count + 1
-        limit = settings.SOURCE_CHECK_ATTEMPT_LIMIT
-        text = source_failure_text(exc, failed_checks, timezone.now())
-        if failed_checks >= limit and can_proceed(case.escalate):
-            from approvals.services import proposals_withdraw_open
-
-            revoked = proposals_withdraw_open(case, f"Escalated: {text}")
-            apply_transition(
-                case,
-                "escalate",
-                actor=actor,
-                reason=f"The order source stayed unavailable: {text}",
-                detail={
-                    "failed_checks": failed_checks,
-                    "last_error": text,
-                    "error": exc.error,
-                    "attempt_limit": limit,
-                    "revoked_approvals": revoked,
-                },
-                waiting=(
-                    WaitingOn.OWNER,
-                    f"The order source failed {failed_checks} checks in a row: "
-                    "check the source now once it is back",
-                ),
-                # Nothing retries from needs attention: a person asks for the next check.
-                next_check_at=None,
-                retry_count=failed_checks,
-                last_error=text,
-            )
-            return "needs_attention"
-        case.retry_count = failed_checks
-        case.next_check_at = next_retry_at(
-            failed_checks, retry_after=getattr(exc, "retry_after", None)
-        )
-        case.last_error = text
-        case.waiting_on = WaitingOn.ORDER_SYSTEM
-        case.waiting_reason = (
-            f"The order system did not answer ({failed_checks} of {limit} checks); "
-            "checking again later"
-        )
-        _bump_and_save(
-            case, ["retry_count", "next_check_at", "last_error", "waiting_on", "waiting_reason"]
-        )
-        record_event(
+        code = literal(exc.error)
+        outcome = transient_failure_record(
             case=case,
-            action="reconciliation.source_check.failed",
+            kind="source_check",
+            error=lambda failures: source_failure_text(exc, failures, timezone.now()),
             actor=actor,
-            reason=f"Order system unavailable ({exc.error}); next check "
-            f"{timezone.localtime(case.next_check_at):%H:%M:%S}",
-            detail={
-                "error": exc.error,
-                "failures": failed_checks,
-                "failed_checks": failed_checks,
-                "attempt_limit": limit,
-                "last_error": text,
-                "next_check_at": case.next_check_at.isoformat(),
-            },
+            retry_after=getattr(exc, "retry_after", None),
+            detail=lambda failures: {"error": exc.error, "failed_checks": failures},
+            retry=Words(
+                reason=f"Order system unavailable ({code}); next check {{next_time}}",
+                waiting="The order system did not answer ({failures} of {limit} checks); "
+                "checking again later",
+            ),
+            give_up=Words(
+                reason="The order source stayed unavailable: {error}",
+                waiting="The order source failed {failures} checks in a row: "
+                "check the source now once it is back",
+            ),
+            retry_event=Action.SOURCE_CHECK_FAILED,
         )
-    return "retry_scheduled"
+    return outcome.code

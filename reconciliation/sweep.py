@@ -41,8 +41,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from cases import scheduling
-from cases.claims import attempts_expire_leases
-from cases.dispatch import dispatch_due
+from reconciliation.claims import attempts_expire_leases
+from reconciliation.dispatch import dispatch_due
 from reconciliation.models import InboundEvent
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,8 @@ def inbound_events_redrive(*, now: dt.datetime | None = None, limit: int = 100) 
     Taking an event is a compare-and-set on its due time: only one sweep processes it, and a
     sweep that dies meanwhile leaves it due again one lease later. Counts by outcome.
     """
-    from reconciliation.inbound import MAX_ATTEMPTS, inbound_event_process
+    from cases.retries import INBOUND
+    from reconciliation.inbound import inbound_event_process
 
     now = now or timezone.now()
     lease = inbound_lease()
@@ -75,7 +76,7 @@ def inbound_events_redrive(*, now: dt.datetime | None = None, limit: int = 100) 
         InboundEvent.objects.filter(
             Q(
                 processing=InboundEvent.Processing.FAILED,
-                attempts__lt=MAX_ATTEMPTS,
+                attempts__lt=INBOUND.limit,
                 next_attempt_at__lte=now,
             )
             | Q(processing=InboundEvent.Processing.PENDING, next_attempt_at__lte=now - lease)

@@ -5,9 +5,25 @@ Each is safe to run twice: it re-reads state and acts only through a claim or a 
 
 from __future__ import annotations
 
-from cases.claims import attempts_expire_leases
+import logging
+import os
+import time
+
+from django.conf import settings
+
+from approvals import services
+from approvals.models import Proposal
+from cases.exceptions import CaseError
+from cases.kernel import Worker
+from cases.models import Case, Status
 from reconciliation.apply import apply_case as _apply_case
+from reconciliation.claims import attempts_expire_leases
+from reconciliation.client import OrderSystemClient
+from reconciliation.dispatch import dispatch_due as _dispatch_due
+from reconciliation.exceptions import OrderSystemError
 from reconciliation.sources import source_check as _source_check
+
+logger = logging.getLogger(__name__)
 
 
 def source_check(case_id: int) -> str:
@@ -24,6 +40,10 @@ def reconcile_case(case_id: int) -> str:
     return case_reconcile(case_id=case_id)
 
 
+def dispatch_due() -> int:
+    return _dispatch_due()
+
+
 def watchdog() -> int:
     return attempts_expire_leases()
 
@@ -33,3 +53,40 @@ def sweeper() -> str:
     from reconciliation.sweep import sweeper_run
 
     return sweeper_run()
+
+
+def prepare_proposal(case_id: int) -> str:
+    """Prepare and submit the proposal as soon as the evidence is current."""
+    if settings.PREPARE_TEST_DELAY_SECONDS:  # test-only, refused in production
+        logger.warning(
+            "prepare_proposal(%s) in process %s: test delay %ss",
+            case_id,
+            os.getpid(),
+            settings.PREPARE_TEST_DELAY_SECONDS,
+        )
+        time.sleep(settings.PREPARE_TEST_DELAY_SECONDS)
+    case = Case.objects.get(pk=case_id)
+    if case.status != Status.PREPARING_PROPOSAL:
+        return "skipped"
+    if (
+        case.proposals.filter(status__in=Proposal.OPEN)
+        .exclude(status=Proposal.Status.DRAFT)
+        .exists()
+    ):
+        return "skipped"
+    slot_note = _advisory_slot_note(case)
+    try:
+        services.proposal_prepare(case=case, actor=Worker.current("proposer"), slot_note=slot_note)
+    except CaseError:
+        return "skipped"  # the case moved on meanwhile; the new state decides
+    return "submitted"
+
+
+def _advisory_slot_note(case: Case) -> str:
+    """Slot availability is advice for the approver, never a reservation."""
+    try:
+        with OrderSystemClient.from_settings() as client:
+            slot = client.get_slot(case.requested_date)
+    except OrderSystemError as exc:
+        return f"Slot availability unknown ({exc.error})"
+    return f"Slot {slot.date:%Y-%m-%d}: {slot.taken} of {slot.capacity} taken"

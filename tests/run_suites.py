@@ -56,7 +56,7 @@ def postgres_answers(url: str) -> tuple[bool, str]:
         with psycopg.connect(admin, connect_timeout=3) as conn:
             conn.execute("SELECT 1")
         return True, ""
-    except Exception as exc:  # noqa: BLE001 - any failure means "not reachable"
+    except (psycopg.Error, OSError) as exc:  # any failure to connect means "not reachable"
         return False, str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
 
 

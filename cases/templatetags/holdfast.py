@@ -7,6 +7,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from cases import selectors
+from cases.extensions import dashboard_panels, dashboard_tiles
 from cases.models import StaffProfile, Status
 
 register = template.Library()
@@ -14,10 +15,10 @@ register = template.Library()
 
 @register.inclusion_tag("admin/holdfast_dashboard.html", takes_context=True)
 def holdfast_dashboard(context):
-    from approvals.selectors import review_queue_for
-    from reconciliation.selectors import current_autonomy
-
-    user = context["request"].user
+    """The kernel's queues, then the tiles and panels the apps above it registered
+    (``cases.extensions``: approvals' review queue, reconciliation's autonomy badge)."""
+    request = context["request"]
+    user = request.user
     cases = selectors.cases_for(user)
     changelist = reverse("admin:cases_case_changelist")
     queues = [
@@ -37,16 +38,12 @@ def holdfast_dashboard(context):
             reverse("admin:cases_attentioncase_changelist"),
         ),
         ("Overdue follow-up", cases.overdue().count(), f"{changelist}?overdue=yes"),
-        (
-            "Proposals awaiting review",
-            review_queue_for(user).count(),
-            reverse("admin:approvals_proposal_changelist") + "?status=awaiting_review",
-        ),
     ]
+    queues += [(tile.label, tile.count(user), tile.url()) for tile in dashboard_tiles()]
     return {
         "queues": queues,
-        "autonomy_status": current_autonomy(),
-        "absence": absence_context(context["request"]),
+        "panels": [(panel.title, panel.render(request)) for panel in dashboard_panels()],
+        "absence": absence_context(request),
     }
 
 

@@ -6,7 +6,7 @@ older state without rolling back the whole database the deployment is using.
 
 The backup holds every row of the case: the case, its events, evidence, cancellations,
 attempts, operations, proposals (and their authors) and approvals (Django's JSON serializer),
-plus the source-check marker (``reconciliation.restore.SOURCE_MARKER``) as it stood, because a
+plus the source-check marker (``reconciliation.restored.SOURCE_MARKER``) as it stood, because a
 real backup carries that marker too. The restore deletes the case's rows that are newer than
 the backup and writes the older ones back. Events are append-only: the rows the backup holds
 are the same rows still there (never rewritten), and the newer ones are cut from the end of
@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
 from django.core import serializers
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, connection, models, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from approvals.models import Approval, Operation, Proposal, ProposalAuthor
@@ -68,7 +70,7 @@ class CaseBackup:
         return sum(len(v) for v in self.pks.values()) + 1
 
 
-def _querysets(case_id: int) -> dict[type, object]:
+def _querysets(case_id: int) -> dict[type[models.Model], QuerySet[Any]]:
     operations = Operation.objects.filter(case_id=case_id)
     proposals = Proposal.objects.filter(case_id=case_id)
     return {
@@ -85,7 +87,7 @@ def _querysets(case_id: int) -> dict[type, object]:
 
 def case_rows_backup(case: Case) -> CaseBackup:
     """Every row of ``case`` as it stands now (one read transaction)."""
-    from reconciliation.restore import SOURCE_MARKER
+    from reconciliation.restored import SOURCE_MARKER
 
     with transaction.atomic():
         querysets = _querysets(case.pk)
@@ -122,7 +124,7 @@ def case_rows_restore(backup: CaseBackup, *, marker_age: dt.timedelta) -> dict[s
     source-check marker is put back as the backup held it, ``marker_age`` old (the backup stands
     for one taken that long ago).
     """
-    from reconciliation.restore import SOURCE_MARKER
+    from reconciliation.restored import SOURCE_MARKER
 
     cut: dict[str, int] = {}
     try:

@@ -5,6 +5,9 @@
 those variables, on the worker processes it starts; the drill resumes them with SIGCONT or kills
 them. Points: ``after_claim`` (claimed, nothing sent yet) and ``after_submit`` (the order
 system answered, the answer not saved yet).
+
+The apply step only names its points (``reconciliation.apply.STEP_POINT_OBSERVERS``) and knows
+nothing of drills; ``ReconciliationConfig.ready`` registers ``drill_point`` there.
 """
 
 from __future__ import annotations

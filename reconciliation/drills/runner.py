@@ -23,7 +23,7 @@ from reconciliation.drills.deployment import (
 PASS, FAIL, SKIP, NOT_IMPLEMENTED = "PASS", "FAIL", "SKIP", "NOT IMPLEMENTED"
 CASE_TASKS = {
     "reconciliation.tasks.source_check",
-    "approvals.tasks.prepare_proposal",
+    "reconciliation.tasks.prepare_proposal",
     "reconciliation.tasks.apply_case",
     "reconciliation.tasks.reconcile_case",
 }
@@ -164,6 +164,6 @@ def _run_one(item, control, people, order_id, run_id, number, holdfast_url) -> S
         expectation=item.expectation,
         outcome=outcome,
         seconds=round(time.monotonic() - started, 2),
-        case=drill.case.reference if drill.case else "",
+        case=drill.current_case.reference if drill.current_case else "",
         evidence=drill.evidence,
     )

@@ -18,6 +18,7 @@ import re
 import signal
 import time
 from dataclasses import dataclass, field
+from typing import NoReturn, TypeVar
 
 import httpx
 from django.conf import settings
@@ -26,16 +27,20 @@ from django.utils import timezone
 
 from approvals.models import Operation, Proposal
 from approvals.services import approvals_expire_due, proposal_approve
-from approvals.tasks import prepare_proposal
-from cases.claims import attempts_expire_leases
+from cases.codes import Action
+from cases.kernel import SYSTEM
 from cases.models import Attempt, CancellationRequest, Case, CaseEvent, Status, WaitingOn
 from cases.next_action import describe_next_action
-from cases.revocation import case_revoke
-from cases.services import SYSTEM, case_cancel_request, case_intake
+from cases.services import case_cancel_request, case_intake
+from reconciliation.claims import attempts_expire_leases
 from reconciliation.drills.deployment import DrillPeople, OrderSystemControl, drill_day, worker_env
 from reconciliation.drills.workers import DrillCluster, DrillWorker, wait_for
+from reconciliation.revocation import case_revoke
 from reconciliation.settle import case_reconcile
 from reconciliation.sources import source_check
+from reconciliation.tasks import prepare_proposal
+
+T = TypeVar("T")
 
 
 class CheckFailed(AssertionError):
@@ -63,18 +68,28 @@ class Drill:
     holdfast_url: str = ""
     evidence: list[str] = field(default_factory=list)
     workers: list[DrillWorker] = field(default_factory=list)
-    case: Case | None = None
+    current_case: Case | None = None  # set by ``new_case``
 
     # --- evidence --------------------------------------------------------------------------
 
     def note(self, text: str) -> None:
         self.evidence.append(text)
 
+    def fail(self, text: str) -> NoReturn:
+        self.evidence.append(f"FAILED: {text}")
+        raise CheckFailed(text)
+
     def check(self, condition: object, text: str) -> None:
         if not condition:
-            self.evidence.append(f"FAILED: {text}")
-            raise CheckFailed(text)
+            self.fail(text)
         self.evidence.append(f"ok: {text}")
+
+    def present(self, value: T | None, text: str) -> T:
+        """``value``, checked (as ``check``) not to be None."""
+        if value is None:
+            self.fail(text)
+        self.evidence.append(f"ok: {text}")
+        return value
 
     # --- the drill case --------------------------------------------------------------------
 
@@ -88,21 +103,28 @@ class Drill:
             note=f"Drill {self.name} (run {self.run_id})",
             drill=True,
         )
-        self.case = case
+        self.current_case = case
         self.note(f"drill case {case.reference} on sandbox order {self.order_id}")
         return case
+
+    @property
+    def case(self) -> Case:
+        """The drill case; asking for it before ``new_case`` is a mistake in the scenario."""
+        if self.current_case is None:
+            raise RuntimeError(f"drill {self.name}: no drill case yet (call new_case first)")
+        return self.current_case
 
     def refresh(self) -> Case:
         self.case.refresh_from_db()
         return self.case
 
     def to_review(self) -> Case:
-        case = self.case or self.new_case()
+        case = self.current_case or self.new_case()
         self.check(source_check(case_id=case.pk) == "checked", "the source check read the order")
         self.check(prepare_proposal(case.pk) == "submitted", "a proposal went to review")
         return self.refresh()
 
-    def proposal(self) -> Proposal:
+    def proposal(self) -> Proposal | None:
         return Proposal.objects.filter(case=self.case).order_by("-pk").first()
 
     def approve(self, *, expires_at: dt.datetime | None = None) -> Case:
@@ -581,7 +603,7 @@ def restore_older_backup(d: Drill) -> None:
     operation is held and reconciled, and the counters move on (see ``reconciliation.restore``).
     """
     from reconciliation.drills.backup import RestoreRefused, case_rows_backup, case_rows_restore
-    from reconciliation.restore import APPLIED_BEFORE_RESTORE, SOURCE_CHECK_MAX_AGE
+    from reconciliation.restored import SOURCE_CHECK_MAX_AGE
 
     d.ready_case()
     backup = case_rows_backup(d.case)
@@ -606,9 +628,12 @@ def restore_older_backup(d: Drill) -> None:
         version = Operation.objects.get(case=d.case).result_order_version
         try:
             wait_for(
-                lambda: InboundEvent.objects.filter(
-                    order_id=d.order_id, order_version=version, processed_at__isnull=False
-                ).exists(),
+                lambda: (
+                    version is not None
+                    and InboundEvent.objects.filter(
+                        order_id=d.order_id, order_version=version, processed_at__isnull=False
+                    ).exists()
+                ),
                 timeout=20,
                 interval=0.2,
                 what="the deployment to process the webhook",
@@ -647,10 +672,14 @@ def restore_older_backup(d: Drill) -> None:
             break
     d.note(f"replacement workers: {outcomes}; the case is {d.case.get_status_display()}")
     later = CaseEvent.objects.filter(case=d.case, created_at__gte=restored_at).order_by("pk")
-    held = later.filter(detail__transition="hold_for_recovery").first()
-    d.check(held is not None, "recovery held the case: the pending operation was found")
+    held = d.present(
+        later.filter(detail__transition="hold_for_recovery").first(),
+        "recovery held the case: the pending operation was found",
+    )
     d.check(
-        later.filter(action=APPLIED_BEFORE_RESTORE, detail__operation_key=key).exists(),
+        later.filter(
+            action=Action.RESTORE_APPLIED_BEFORE_RESTORE, detail__operation_key=key
+        ).exists(),
         f"the source check found {key} applied after the backup was taken",
     )
     claimed = [a for a in d.attempts() if a.claimed_at < held.created_at]
@@ -665,7 +694,7 @@ def restore_older_backup(d: Drill) -> None:
     resent = sum(w.output().count(notify_key) for w in d.workers if w is not first)
     d.check(resent == 0, f"no second notification {notify_key} went out")
     d.check(
-        later.filter(action="cases.notification.may_have_gone").exists(),
+        later.filter(action=Action.NOTIFICATION_MAY_HAVE_GONE).exists(),
         "the case shows the notification may already have gone",
     )
     d.check(d.refresh().status == Status.DONE, f"{d.case.reference} is done")
@@ -785,10 +814,11 @@ def _redis_broker(url: str):
 def _dispatch_own_case(d: Drill, broker, *, lease: float) -> bool:
     """The dispatcher's pass for the drill case (the deployment's dispatcher leaves sandbox
     orders to the drill): if its next check is due, move it forward by the stage's lease
-    (compare-and-set, as ``cases.dispatch.dispatch_due`` does) and enqueue the stage's task."""
+    (compare-and-set, as ``reconciliation.dispatch.dispatch_due`` does) and enqueue the stage's
+    task."""
     from django_q.tasks import async_task
 
-    from cases.dispatch import TASK_FOR_STATUS
+    from reconciliation.dispatch import TASK_FOR_STATUS
 
     case = d.refresh()
     now = timezone.now()

@@ -13,7 +13,7 @@ from django.db import migrations
 SWEEPER = "Keep the sweeper running"
 OLD = [
     # name, func (the schedules of approvals 0002, reconciliation 0003 and 0005)
-    ("Dispatch due cases", "cases.tasks.dispatch_due"),
+    ("Dispatch due cases", "reconciliation.tasks.dispatch_due"),
     ("Return expired approvals to review", "approvals.tasks.expire_approvals"),
     ("Hold cases whose worker stopped reporting", "reconciliation.tasks.watchdog"),
     ("Process inbound order events again", "reconciliation.tasks_inbound.retry_failed_events"),

@@ -8,7 +8,7 @@ heartbeat, reconcile). Concurrency is modelled by interleaving, so a schedule re
   leave (``pause_at_send``: the write is held back, nothing after it runs). A later ``run``
   step wakes it: the held-back write reaches the order system with the worker's old fencing
   token and grant, and the worker records the answer as its own code would
-  (``_record_applied`` / ``_record_refusal``), then continues its remaining steps.
+  (``attempt_record_applied`` / ``attempt_record_refusal``), then continues its remaining steps.
 - **kill**: a worker that never continues; ``kill_after_send``: the write reaches the order
   system and the worker dies before recording anything.
 - **lease expiry**: the watchdog runs with a ``now`` one lease ahead.
@@ -39,21 +39,34 @@ from approvals.services import (
     proposal_approve,
     proposal_prepare,
 )
-from cases.claims import ClaimRefused, attempts_expire_leases, case_claim
-from cases.dispatch import dispatch_due
 from cases.exceptions import CaseError
 from cases.fencing import FENCING_SEQUENCE, fencing_current
+from cases.kernel import SYSTEM, Worker
 from cases.models import Attempt, Case, Status
-from cases.services import SYSTEM, Worker, case_cancel_request, case_intake
-from reconciliation.apply import _record_applied, _record_refusal, apply_case, run_attempt
+from cases.services import case_cancel_request, case_intake
+from reconciliation.apply import (
+    apply_case,
+    attempt_record_applied,
+    attempt_record_refusal,
+    run_attempt,
+)
+from reconciliation.claims import ClaimRefused, attempts_expire_leases, case_claim
 from reconciliation.client import OrderSystemClient
+from reconciliation.dispatch import dispatch_due
 from reconciliation.exceptions import OrderSystemError
 from reconciliation.inbound import inbound_event_process, inbound_event_receive
-from reconciliation.restore import RecoveryRequired
+from reconciliation.restored import RecoveryRequired
 from reconciliation.settle import case_reconcile
 from reconciliation.simulation.generator import describe
 
 GRACE = dt.timedelta(seconds=5)
+
+
+def _operation_key(approval: Approval) -> str:
+    """The key of the operation an approval authorizes: ``proposal_approve`` always names one."""
+    if approval.operation is None:
+        raise AssertionError(f"approval {approval.reference} names no operation")
+    return approval.operation.key
 
 
 class Paused(BaseException):  # noqa: N818 - a control signal, not an error
@@ -202,7 +215,7 @@ class Executor:
                 {
                     "reference": approval.reference,
                     "case": index_of[approval.proposal.case_id],
-                    "operation_key": approval.operation.key,
+                    "operation_key": _operation_key(approval),
                     "order_id": approval.proposal.order_id,
                     "delivery_date": approval.proposal.delivery_date,
                     "expires_at": approval.expires_at,
@@ -276,7 +289,7 @@ class Executor:
         return source_check(case_id=case.pk, client=self.clients["system"])
 
     def _prepare(self, case: Case) -> str:
-        # What approvals.tasks.prepare_proposal does, without its advisory slot read.
+        # What reconciliation.tasks.prepare_proposal does, without its advisory slot read.
         if (
             case.proposals.filter(status__in=Proposal.OPEN)
             .exclude(status=Proposal.Status.DRAFT)
@@ -299,7 +312,7 @@ class Executor:
             approval = proposal_approve(proposal=proposal, actor=self.world.approver)
         except CaseError as exc:
             return f"approve refused: {exc.code}"
-        return f"approved {approval.reference} for {approval.operation.key}"
+        return f"approved {approval.reference} for {_operation_key(approval)}"
 
     def step_apply(self, step: dict) -> str:
         case = self.case(step["case"])
@@ -314,8 +327,8 @@ class Executor:
         try:
             return apply_case(case_id=case.pk, client=client, worker=worker)
         except Paused as paused:
-            attempt = Attempt.objects.filter(case=case, worker=worker.label).order_by("-sequence")
-            state.paused, state.attempt_id = paused, attempt.first().pk
+            attempt = Attempt.objects.filter(case=case, worker=worker.label).latest("sequence")
+            state.paused, state.attempt_id = paused, attempt.pk
             return "frozen just before its write left"
         except Killed:
             return "killed after its write reached the order system"
@@ -365,10 +378,10 @@ class Executor:
             sent = f"late write refused ({exc.error})"
             if attempt is None:
                 return sent + "; its attempt is not in these records"
-            return f"{sent}; recorded: {_record_refusal(attempt, worker, exc)}"
+            return f"{sent}; recorded: {attempt_record_refusal(attempt, worker, exc)}"
         if attempt is None:
             return "late write applied; its attempt is not in these records"
-        outcome = _record_applied(attempt, worker, result)
+        outcome = attempt_record_applied(attempt, worker, result)
         if outcome == "confirmed":
             outcome += "; " + run_attempt(attempt_id=attempt_id, client=client, worker=worker)
         return f"late write applied ({'replayed' if result.replayed else 'new'}); {outcome}"
@@ -556,7 +569,7 @@ class Executor:
                 self.workers["drain"] = WorkerState()
                 outcome = self.step_advance({"case": index, "worker": "drain"})
                 self.log.append(f"-- drain case={index}: {outcome}")
-                moved = moved or Case.objects.filter(pk=pk).exclude(version=version).exists()
+                moved = moved or Case.objects.filter(pk=case.pk).exclude(version=version).exists()
             if not moved:
                 break
         self.workers["drain"] = WorkerState()

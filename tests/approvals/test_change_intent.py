@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from approvals import services, tasks
+from approvals import services
 from approvals.models import Approval, Operation, Proposal
 from cases.models import CaseEvent, Status, WaitingOn
+from reconciliation import tasks as recon_tasks
 from reconciliation.exceptions import ApprovalRefused
 from reconciliation.sources import source_check
 
@@ -46,7 +47,7 @@ def test_changed_date_supersedes_the_proposal_and_mints_the_next_operation_key(
     assert event.detail["revoked_approvals"] == [approval.reference]
     assert event.detail["superseded_proposal"] == proposal.pk
 
-    assert tasks.prepare_proposal(case.pk) == "submitted"
+    assert recon_tasks.prepare_proposal(case.pk) == "submitted"
     new = Proposal.objects.get(case=case, status=Proposal.Status.AWAITING_REVIEW)
     assert new.pk != proposal.pk
     assert new.delivery_date == in_days(11)

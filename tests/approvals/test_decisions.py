@@ -10,11 +10,11 @@ from django.utils import timezone
 
 from approvals import services
 from approvals.exceptions import ExpiryOutOfBounds, ProposalNotCurrent
+from approvals.grants import grant_verify
 from approvals.models import Approval, Proposal
 from cases.exceptions import InvalidCaseInput
+from cases.kernel import lock_case
 from cases.models import CaseEvent, Status, WaitingOn
-from cases.services import lock_case
-from reconciliation.grants import grant_verify
 
 from .conftest import in_days, reload
 

@@ -15,11 +15,13 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals import selectors, services, tasks
+from approvals import selectors, services
 from approvals.exceptions import OwnProposal
 from approvals.models import Approval, Proposal, ProposalAuthor
+from cases.kernel import Worker
 from cases.models import CaseEvent, Status
-from cases.services import Worker, case_intake, case_transition
+from cases.services import case_intake, case_transition
+from reconciliation import tasks as recon_tasks
 
 from .conftest import ORDER, in_days, read_order, reload
 
@@ -45,7 +47,7 @@ def _awaiting(case) -> Proposal:
 
 
 def _worker_prepares(case) -> Proposal:
-    assert tasks.prepare_proposal(case.pk) == "submitted"
+    assert recon_tasks.prepare_proposal(case.pk) == "submitted"
     return _awaiting(case)
 
 

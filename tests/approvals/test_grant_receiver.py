@@ -10,8 +10,8 @@ import json
 import pytest
 
 from approvals import services
+from approvals.grants import grant_issue
 from reconciliation.exceptions import ApprovalRefused
-from reconciliation.grants import grant_issue
 from reconciliation.sources import source_check
 
 from .conftest import ORDER, in_days, reload

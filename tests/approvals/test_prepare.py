@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from approvals import services, tasks
+from approvals import services
 from approvals.models import Operation, Proposal
 from cases.exceptions import InvalidCaseInput
 from cases.models import Case, CaseEvent, EvidenceReference, Status, WaitingOn
+from reconciliation import tasks as recon_tasks
 
 from .conftest import ORDER, in_days, reload
 
@@ -19,7 +20,7 @@ def test_prepare_task_submits_a_proposal_for_review_with_the_first_operation_key
     case = checked_case
     live_orders.seed(slots=[{"date": str(case.requested_date), "capacity": 5, "taken": 2}])
 
-    assert tasks.prepare_proposal(case.pk) == "submitted"
+    assert recon_tasks.prepare_proposal(case.pk) == "submitted"
 
     case = reload(case)
     proposal = Proposal.objects.get(case=case)
@@ -40,7 +41,7 @@ def test_prepare_task_submits_a_proposal_for_review_with_the_first_operation_key
     assert submitted.detail["operation_key"] == proposal.operation.key
 
     # Delivered twice: the second run changes nothing.
-    assert tasks.prepare_proposal(case.pk) == "skipped"
+    assert recon_tasks.prepare_proposal(case.pk) == "skipped"
     assert Proposal.objects.filter(case=case).count() == 1
     assert Operation.objects.filter(case=case).count() == 1
 
@@ -49,7 +50,7 @@ def test_prepare_task_with_unreachable_slot_lookup_still_submits_with_advice_unk
     checked_case, settings, closed_port
 ):
     settings.ORDER_SYSTEM_URL = f"http://127.0.0.1:{closed_port}"
-    assert tasks.prepare_proposal(checked_case.pk) == "submitted"
+    assert recon_tasks.prepare_proposal(checked_case.pk) == "submitted"
     proposal = Proposal.objects.get(case=checked_case)
     assert proposal.slot_note.startswith("Slot availability unknown")
     assert reload(checked_case).status == Status.AWAITING_REVIEW

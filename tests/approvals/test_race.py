@@ -12,8 +12,8 @@ from django.db import connection, connections, transaction
 from approvals import services
 from approvals.exceptions import ProposalNotCurrent
 from approvals.models import Approval, Proposal
+from cases.kernel import lock_case
 from cases.models import CaseEvent, Status
-from cases.services import lock_case
 
 from .conftest import reload
 

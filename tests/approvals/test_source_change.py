@@ -6,8 +6,8 @@ from django.db import transaction
 
 from approvals import services
 from approvals.models import Proposal
+from cases.kernel import Worker, lock_case
 from cases.models import CaseEvent, Status, WaitingOn
-from cases.services import Worker, lock_case
 
 from .conftest import read_order, reload
 

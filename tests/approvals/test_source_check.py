@@ -7,10 +7,11 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from approvals import services, tasks
+from approvals import services
 from approvals.models import Approval, Proposal
 from cases.models import Case, CaseEvent, EvidenceReference, Status, WaitingOn
 from cases.services import case_transition
+from reconciliation import tasks as recon_tasks
 from reconciliation.sources import source_check
 
 from .conftest import ORDER, in_days, mock_order_client, read_order, reload
@@ -41,7 +42,7 @@ def test_source_check_records_evidence_and_moves_case_to_preparing_proposal(
         case.version,
     )
     assert event.detail["order_version"] == 1
-    assert enqueued == [("approvals.tasks.prepare_proposal", case.pk)]
+    assert enqueued == [("reconciliation.tasks.prepare_proposal", case.pk)]
 
 
 @pytest.mark.order_system
@@ -189,7 +190,7 @@ def test_recheck_after_escalating_an_approved_case_can_prepare_a_new_proposal(
     case = read_order(case)
     assert case.status == Status.PREPARING_PROPOSAL
 
-    assert tasks.prepare_proposal(case.pk) == "submitted", (
+    assert recon_tasks.prepare_proposal(case.pk) == "submitted", (
         f"{approval.reference}'s proposal is still {Proposal.objects.get(pk=proposal.pk).status}:"
         " escalation left it open, so the case can never get a new proposal"
     )

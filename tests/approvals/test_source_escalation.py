@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from cases.dispatch import dispatch_due
+from cases.actions import allowed_transitions
 from cases.models import CaseEvent, Status, WaitingOn
-from cases.services import available_transitions, case_transition, transition_meta
+from cases.services import case_transition, transition_meta
+from reconciliation.dispatch import dispatch_due
 from reconciliation.sources import source_check
 
 from .conftest import ORDER, in_days, reload
@@ -61,7 +62,7 @@ def test_source_unavailable_on_limit_checks_goes_to_needs_attention_and_a_person
     assert event.detail["transition"] == "escalate"
     assert event.detail["failed_checks"] == 3
     assert event.detail["last_error"] == case.last_error
-    assert "request_source_check" in available_transitions(case, lead)
+    assert "request_source_check" in allowed_transitions(case, lead)
     assert transition_meta("request_source_check")["custom"]["label"] == "Check the source now"
 
     # Nothing retries from needs attention: no task is dispatched, no check moves the case.

@@ -170,8 +170,8 @@ def reviewable_case(live_orders, autonomous, make_case, staff):
     """``make()``: a D-41-like case on ORD-7731 brought to 'awaiting_review' by the real worker
     tasks against the live order system; returns ``(case, proposal)``."""
     from approvals.models import Proposal
-    from approvals.tasks import prepare_proposal
     from reconciliation.sources import source_check
+    from reconciliation.tasks import prepare_proposal
 
     def make(**overrides):
         case = make_case(**overrides)
@@ -356,11 +356,13 @@ def act(page, name, *, reason: str = "Checked in the browser suite") -> list[str
 
 
 def _submit(page, button, name, timeout_ms: int) -> list[str]:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
+
     before = page.url
     button.click()
     try:
         page.locator(".messagelist").first.wait_for(timeout=timeout_ms)
-    except Exception as exc:  # playwright's TimeoutError
+    except PlaywrightTimeoutError as exc:
         label = getattr(name, "pattern", name)
         diagnosis = page.evaluate(_BUTTON_DIAGNOSIS_JS, label.lstrip("^"))
         raise AssertionError(

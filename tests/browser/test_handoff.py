@@ -105,9 +105,9 @@ def find_case_as_backup(page, case, step: str) -> dict[str, str]:
 def test_backup_takes_over_the_unfinished_case_while_the_owner_is_away(
     open_page, make_case, staff, live_orders, autonomous
 ):
-    from approvals.tasks import prepare_proposal
     from reconciliation.apply import apply_case
     from reconciliation.sources import source_check
+    from reconciliation.tasks import prepare_proposal
 
     case = make_case()
     assert case.owner == staff["lead"]

@@ -8,8 +8,9 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from cases.kernel import SYSTEM
 from cases.models import Case, CaseEvent, CustomerAccount, StaffProfile
-from cases.services import SYSTEM, case_intake
+from cases.services import case_intake
 
 
 @pytest.fixture(autouse=True)

@@ -10,8 +10,8 @@ from django.db import connection
 from django.test import TestCase
 from django.urls import reverse
 
-from cases.claims import case_claim
-from cases.services import Worker
+from cases.kernel import Worker
+from reconciliation.claims import case_claim
 from reconciliation.client import OrderSystemClient
 
 pytestmark = pytest.mark.order_system

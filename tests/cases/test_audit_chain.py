@@ -20,9 +20,11 @@ from django.db.utils import ProgrammingError
 from django.utils import timezone
 
 from cases.audit import HASHED_FIELDS, event_hash, stored_hash, verify_chains
+from cases.codes import Action
+from cases.kernel import record_event
 from cases.models import CaseEvent
 from cases.retention import case_purge
-from cases.services import case_transition, case_update_followup, record_event
+from cases.services import case_transition, case_update_followup
 
 RETENTION_DAYS = 30
 
@@ -109,7 +111,7 @@ def test_a_stored_detail_hashes_as_it_reads_back(case, lead):
     case.refresh_from_db()
     record_event(
         case=case,
-        action="cases.test.detail",
+        action=Action.EVIDENCE_RECORDED,
         actor=lead,
         detail={
             "big": 1e20,

@@ -51,7 +51,7 @@ def test_admin_button_places_a_legal_hold(client, lead, case):
 @pytest.fixture
 def preparing_case(make_case):
     """A case whose order was read (as the source check records it), ready for a proposal."""
-    from cases.services import SYSTEM, apply_transition, lock_case
+    from cases.kernel import SYSTEM, apply_transition, lock_case
 
     case = make_case()
     from django.db import transaction

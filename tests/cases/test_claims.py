@@ -16,7 +16,11 @@ from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
 from approvals.models import Operation
-from cases.claims import (
+from cases.kernel import Worker, lock_case
+from cases.models import Attempt, CancellationRequest, Case, CaseEvent, EvidenceReference, Status
+from cases.services import case_cancel_request, evidence_record
+from reconciliation.apply import attempt_record_applied, run_attempt
+from reconciliation.claims import (
     ClaimRefused,
     StaleAttempt,
     attempt_acknowledge_cancel,
@@ -24,9 +28,6 @@ from cases.claims import (
     attempts_expire_leases,
     case_claim,
 )
-from cases.models import Attempt, CancellationRequest, Case, CaseEvent, EvidenceReference, Status
-from cases.services import Worker, case_cancel_request, evidence_record, lock_case
-from reconciliation.apply import _record_applied, run_attempt
 from reconciliation.client import OperationResult, OrderSystemClient
 
 pytestmark = pytest.mark.order_system
@@ -451,7 +452,7 @@ def test_recording_a_confirmed_apply_query_count_does_not_grow_with_the_case_his
             operation_key=attempt.operation.key, status="applied", order_version=2, replayed=False
         )
         with django_assert_max_num_queries(bound):
-            counts.append(_count(lambda a=attempt, r=result: _record_applied(a, WORKER, r)))
+            counts.append(_count(lambda a=attempt, r=result: attempt_record_applied(a, WORKER, r)))
 
     assert counts[0] == counts[1], counts
     for attempt in attempts:

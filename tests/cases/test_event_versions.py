@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from django.test import TestCase
 
-from cases.claims import attempts_expire_leases, case_claim
-from cases.revocation import case_revoke
-from cases.services import SYSTEM
+from cases.kernel import SYSTEM
 from reconciliation.apply import apply_case
+from reconciliation.claims import attempts_expire_leases, case_claim
+from reconciliation.revocation import case_revoke
 
 
 def _assert_versions_are_a_sequence(case):

@@ -134,8 +134,8 @@ def test_admin_event_filter_with_a_good_action_still_filters(browser, lead, case
 def test_admin_settle_form_with_a_huge_order_version_is_refused_not_a_500(
     browser, approved_case, lead
 ):
-    from cases.claims import attempts_expire_leases, case_claim
-    from cases.services import Worker
+    from cases.kernel import Worker
+    from reconciliation.claims import attempts_expire_leases, case_claim
 
     held = approved_case()
     case_claim(case_id=held.pk, worker=Worker("worker:test:bounds"))
@@ -470,7 +470,7 @@ def test_account_update_needs_a_reason_when_called_directly(lead, account, case,
 
 def test_account_revoke_by_another_teams_lead_changes_nothing(outsider, account, make_case, writes):
     from cases.exceptions import ActionNotPermitted
-    from cases.revocation import account_revoke_access
+    from reconciliation.revocation import account_revoke_access
 
     cases = [make_case(), make_case()]
     before = writes()
@@ -492,7 +492,7 @@ def test_account_revoke_refuses_before_writing_when_a_case_is_of_another_team(
     other team's lead has no authority: nothing is revoked, not even the account."""
     from cases.exceptions import ActionNotPermitted
     from cases.models import CustomerAccount
-    from cases.revocation import account_revoke_access
+    from reconciliation.revocation import account_revoke_access
 
     old = make_case()
     CustomerAccount.objects.filter(pk=account.pk).update(team=other_team)
@@ -509,7 +509,7 @@ def test_account_revoke_refuses_before_writing_when_a_case_is_of_another_team(
 
 
 def test_account_revoke_records_the_account_change_on_each_case(lead, account, make_case):
-    from cases.revocation import account_revoke_access
+    from reconciliation.revocation import account_revoke_access
 
     cases = [make_case(), make_case()]
 
@@ -536,7 +536,7 @@ def test_account_revoke_failing_on_one_case_rolls_everything_back(
 ):
     """A failure while revoking the second case leaves the account, the first case and the
     audit trail exactly as they were."""
-    import cases.revocation as revocation
+    import reconciliation.revocation as revocation
 
     first, second = make_case(), make_case()
     before = writes()

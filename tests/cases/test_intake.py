@@ -9,8 +9,9 @@ import pytest
 from django.db import IntegrityError, connection
 
 from cases.exceptions import ActionNotPermitted, InvalidCaseInput
+from cases.kernel import SYSTEM
 from cases.models import Case, CaseEvent, CustomerAccount, Status, WaitingOn
-from cases.services import SYSTEM, case_intake
+from cases.services import case_intake
 
 FRIDAY = dt.date(2030, 1, 4)
 

@@ -9,8 +9,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from cases.exceptions import InvalidCaseInput
+from cases.kernel import SYSTEM
 from cases.models import Case, CaseEvent
-from cases.services import SYSTEM, case_intake
+from cases.services import case_intake
 
 
 @pytest.mark.parametrize("order_id", ["ORD-PROBE", " ORD-PROBE ", "ord-probe", "ORD-SANDBOX"])

@@ -11,15 +11,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from approvals.services import proposal_prepare, proposal_reject
+from cases.kernel import SYSTEM, apply_transition, lock_case
 from cases.live import queue_state
 from cases.models import Case
-from cases.services import (
-    SYSTEM,
-    apply_transition,
-    case_transition,
-    case_update_followup,
-    lock_case,
-)
+from cases.services import case_transition, case_update_followup
 from reconciliation.client import OrderSystemClient
 from reconciliation.sources import source_check
 

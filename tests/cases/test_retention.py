@@ -13,14 +13,10 @@ from django.utils import timezone
 
 from approvals.models import Operation
 from cases.exceptions import ActionNotPermitted
+from cases.kernel import SYSTEM
 from cases.models import Attempt, CancellationRequest, Case, CaseEvent, EvidenceReference, Status
 from cases.retention import PurgeRefused, case_purge, purge_expired, purgeable_cases
-from cases.services import (
-    SYSTEM,
-    case_transition,
-    case_update_followup,
-    evidence_record,
-)
+from cases.services import case_transition, case_update_followup, evidence_record
 from tests.cases.helpers import reload
 
 RETENTION_DAYS = 30

@@ -19,14 +19,15 @@ from django.utils import timezone
 
 from approvals.models import Approval, Proposal
 from approvals.services import proposal_approve, proposal_prepare
-from cases.claims import ClaimRefused, attempts_expire_leases, case_claim
 from cases.exceptions import TransitionRejected
 from cases.fencing import next_fencing_token
+from cases.kernel import Worker
 from cases.models import Attempt, Case, CaseEvent, Status
-from cases.revocation import account_revoke_access, case_revoke
-from cases.services import Worker, case_cancel_request
+from cases.services import case_cancel_request
 from reconciliation.apply import _apply, run_attempt
+from reconciliation.claims import ClaimRefused, attempts_expire_leases, case_claim
 from reconciliation.client import OrderSystemClient
+from reconciliation.revocation import account_revoke_access, case_revoke
 from reconciliation.settle import case_reconcile
 
 WORKER = Worker("worker:test:revocation")
@@ -39,8 +40,8 @@ def _actions(case) -> list[str]:
 
 
 def _awaiting_review(make_case):
-    from approvals.tasks import prepare_proposal
     from reconciliation.sources import source_check
+    from reconciliation.tasks import prepare_proposal
 
     case = make_case()
     assert source_check(case_id=case.pk) == "checked"

@@ -38,7 +38,7 @@ from rest_framework.test import APIClient
 from approvals.models import Proposal
 from approvals.services import proposal_approve, proposal_prepare
 from cases.actions import _REGISTRY as CASE_ACTIONS
-from cases.claims import case_authorize_apply, case_claim
+from cases.kernel import SYSTEM, Worker, apply_transition, lock_case
 from cases.live import QUEUES
 from cases.models import (
     AttentionCase,
@@ -51,7 +51,7 @@ from cases.models import (
     Status,
     Team,
 )
-from cases.services import SYSTEM, Worker, apply_transition, lock_case
+from reconciliation.claims import case_authorize_apply, case_claim
 from reconciliation.client import OrderSystemClient
 from reconciliation.inbound import inbound_event_process, inbound_event_receive
 from reconciliation.models import DrillRun, InboundEvent
@@ -639,7 +639,9 @@ def test_permission_matrix_every_admin_and_api_url_by_role(walls, capsys):
                 status = response.status_code
                 cells.append(_cell(response))
                 where = f"{method} {target.path} as {role}: {status}"
-                if status >= 500:
+                # A readiness probe answers 503 by design while no worker runs (none does here).
+                not_ready = target.path == "/readyz" and status == 503
+                if status >= 500 and not not_ready:
                     failures.append(f"{where} (server error)")
                     continue
                 if role in TEAM_A_ROLES:
@@ -659,6 +661,8 @@ def test_permission_matrix_every_admin_and_api_url_by_role(walls, capsys):
                         ok = status == 302 and "/admin/login/" in response.get("Location", "")
                     elif target.api and not target.label.startswith(("api/schema", "api/docs")):
                         ok = status == 401
+                    elif target.path in {"/healthz", "/readyz"}:
+                        ok = status in {200, 503}  # probes answer anyone, with no case data
                     else:
                         ok = status in {200, 302}
                     if not ok:

@@ -12,12 +12,12 @@ from django.db import connection
 from django.utils import timezone
 
 from approvals.models import Operation
-from cases.claims import attempts_expire_leases, case_claim
-from cases.dispatch import dispatch_due
+from cases.kernel import Worker
 from cases.models import Attempt, Case, CaseEvent, Status, WaitingOn
-from cases.services import Worker
 from reconciliation.apply import _apply, apply_case, run_attempt
+from reconciliation.claims import attempts_expire_leases, case_claim
 from reconciliation.client import OrderSystemClient
+from reconciliation.dispatch import dispatch_due
 
 pytestmark = pytest.mark.order_system
 

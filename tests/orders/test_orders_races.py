@@ -60,7 +60,7 @@ def race(bodies: list[dict]) -> tuple[list[tuple[int, str]], int]:
         try:
             barrier.wait(timeout=10)
             results[index] = _submit(bodies[index])
-        except BaseException as error:  # reported by the main thread
+        except BaseException as error:  # noqa: BLE001 - reported by the main thread
             results[index] = error
         finally:
             connections.close_all()

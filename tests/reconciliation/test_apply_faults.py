@@ -14,14 +14,14 @@ from django_q.tasks import async_task
 
 from approvals.models import Approval, Operation, Proposal
 from approvals.services import proposal_approve
-from approvals.tasks import prepare_proposal
-from cases.claims import case_claim
 from cases.fencing import next_fencing_token
+from cases.kernel import Worker
 from cases.models import Attempt, CaseEvent, Status, WaitingOn
-from cases.services import Worker
 from reconciliation.apply import apply_case, run_attempt
+from reconciliation.claims import case_claim
 from reconciliation.client import OrderSystemClient
 from reconciliation.sources import source_check
+from reconciliation.tasks import prepare_proposal
 
 pytestmark = pytest.mark.order_system
 

@@ -148,8 +148,8 @@ def test_revoked_access_at_the_receiver_stops_and_tells_the_owner(approved_case,
 def test_claim_is_refused_when_the_order_system_is_not_autonomous(live_orders, make_case, approver):
     from approvals.models import Proposal
     from approvals.services import proposal_approve
-    from approvals.tasks import prepare_proposal
     from reconciliation.sources import source_check
+    from reconciliation.tasks import prepare_proposal
 
     case = make_case()
     source_check(case_id=case.pk)

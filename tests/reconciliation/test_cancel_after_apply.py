@@ -11,10 +11,10 @@ import pytest
 
 from approvals.models import Operation
 from cases.models import CancellationRequest, CaseEvent, Status
-from cases.revocation import case_revoke
 from cases.services import case_cancel_request
 from reconciliation import apply as apply_module
 from reconciliation.apply import apply_case
+from reconciliation.revocation import case_revoke
 
 pytestmark = pytest.mark.order_system
 

@@ -16,10 +16,11 @@ from rest_framework.test import APIClient
 
 from approvals.models import Approval, Operation, Proposal
 from approvals.services import live_approval, proposal_approve
-from cases.claims import ClaimRefused, attempts_expire_leases, case_claim
+from cases.kernel import Worker
 from cases.models import Attempt, CancellationRequest, CaseEvent, Status
-from cases.services import Worker, case_cancel_request
+from cases.services import case_cancel_request
 from reconciliation.apply import apply_case
+from reconciliation.claims import ClaimRefused, attempts_expire_leases, case_claim
 from reconciliation.settle import case_propose_reversal, case_reconcile
 from tests.support.fixtures import days_ahead
 
@@ -172,8 +173,8 @@ def test_cancel_during_a_hold_when_the_change_is_absent_settles_cancelled(
 def test_approval_expiry_during_a_hold_returns_the_case_to_review_not_to_ready(
     live_orders, autonomous, make_case, approver
 ):
-    from approvals.tasks import prepare_proposal
     from reconciliation.sources import source_check
+    from reconciliation.tasks import prepare_proposal
 
     case = make_case()
     source_check(case_id=case.pk)

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from reconciliation.exceptions import EffectUnknown, OrderSystemError
-from reconciliation.settle import investigate
+from reconciliation.settle import Unknown, investigate
 
 APPLY_ARGS = {
     "operation_key": "DATE-41-1",
@@ -99,4 +99,4 @@ def test_settling_does_not_call_absence_proven_after_a_fence_that_did_not_hold(d
     )
     finding = investigate(None, operation, mock_client(handler))
 
-    assert finding.verdict == "unknown", finding.reason
+    assert isinstance(finding, Unknown), finding.reason

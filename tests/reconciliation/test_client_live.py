@@ -7,6 +7,7 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from approvals.grants import grant_issue
 from reconciliation.client import OrderSystemClient
 from reconciliation.exceptions import (
     ApprovalRefused,
@@ -17,7 +18,6 @@ from reconciliation.exceptions import (
     UnknownOperation,
     UnknownOrder,
 )
-from reconciliation.grants import grant_issue
 
 from .conftest import future
 

@@ -11,8 +11,8 @@ from approvals.models import Operation
 from cases.actions import action_run, case_actions
 from cases.models import Status
 from cases.next_action import describe_next_action
-from cases.revocation import case_revoke
 from reconciliation.apply import apply_case
+from reconciliation.revocation import case_revoke
 from reconciliation.settle import case_reconcile
 
 pytestmark = pytest.mark.order_system

@@ -13,7 +13,8 @@ import pytest
 from django.core.management import call_command
 
 from cases.exceptions import InvalidCaseInput
-from cases.services import SYSTEM, case_intake
+from cases.kernel import SYSTEM
+from cases.services import case_intake
 from reconciliation.drills.deployment import drill_day
 from reconciliation.drills.scenarios import SCENARIOS
 from reconciliation.models import DrillRun

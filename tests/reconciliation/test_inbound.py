@@ -22,8 +22,8 @@ from django.utils import timezone
 
 from approvals.models import Approval, Operation, Proposal
 from approvals.services import live_approval, proposal_approve, proposal_prepare
+from cases.kernel import SYSTEM, apply_transition, lock_case
 from cases.models import Case, CaseEvent, EvidenceReference, Status
-from cases.services import SYSTEM, apply_transition, lock_case
 from reconciliation import inbound
 from reconciliation.client import OrderSystemClient
 from reconciliation.models import InboundEvent
@@ -440,6 +440,27 @@ def test_processing_gives_up_after_the_attempt_limit_and_stays_failed(
     assert retry_failed_events() == {}
 
 
+def test_processing_gives_up_at_the_inbound_policy_bound(deliver, make_case, monkeypatch, settings):
+    """The bound is the ``inbound`` retry policy's (a setting), not a constant of its own."""
+    settings.INBOUND_ATTEMPT_LIMIT = 2
+    make_case()
+
+    def broken(**kwargs):
+        raise RuntimeError("still broken")
+
+    monkeypatch.setattr("reconciliation.inbound.evidence_add", broken)
+    deliver(event_bytes("evt-1", 3))
+    InboundEvent.objects.update(next_attempt_at=timezone.now())
+
+    assert retry_failed_events() == {"failed": 1}
+
+    event = InboundEvent.objects.get()
+    assert (event.processing, event.attempts) == ("failed", 2)
+    assert event.next_attempt_at is None
+    assert "Gave up after 2 attempts" in event.outcome
+    assert retry_failed_events() == {}
+
+
 def test_pending_event_whose_task_was_lost_is_swept_up(deliver, make_case, enqueued):
     case = make_case()
     deliver(event_bytes("evt-1", 3), run=False)
@@ -486,7 +507,7 @@ def test_lead_processes_a_failed_event_again_from_the_admin_and_an_agent_sees_no
 def test_real_order_system_delivers_a_signed_event_that_is_stored_and_processed(
     make_case, settings
 ):
-    from reconciliation.grants import grant_issue
+    from approvals.grants import grant_issue
     from tests.support.holdfast_server import serve_holdfast
     from tests.support.order_system import OrderSystemProcess
 

@@ -8,9 +8,9 @@ import time
 import pytest
 from django.db import connections
 
-from cases.claims import attempts_expire_leases
 from cases.models import Attempt
 from reconciliation.apply import apply_case
+from reconciliation.claims import attempts_expire_leases
 
 pytestmark = [
     pytest.mark.order_system,

@@ -16,7 +16,7 @@ from approvals.models import Operation
 from cases.models import Attempt, CaseEvent, EvidenceReference, Status
 from reconciliation.apply import apply_case
 from reconciliation.client import OrderSystemClient
-from reconciliation.restore import source_verified
+from reconciliation.restored import source_verified
 
 pytestmark = pytest.mark.order_system
 
@@ -146,8 +146,8 @@ def test_a_key_found_with_another_change_is_held_for_a_person(approved_case, liv
 
 def _apply_other_body(live_orders, operation: Operation, case) -> None:
     """Apply the case's key at the order system with a date one day later (another body)."""
+    from approvals.grants import grant_issue
     from cases.fencing import next_fencing_token
-    from reconciliation.grants import grant_issue
 
     other = operation.delivery_date + dt.timedelta(days=1)
     grant = grant_issue(

@@ -6,16 +6,12 @@ import pytest
 from django.db import transaction
 from rest_framework.test import APIClient
 
-from cases.claims import case_claim
+from cases.actions import allowed_transitions
 from cases.exceptions import TransitionRejected
+from cases.kernel import SYSTEM, apply_transition, lock_case
 from cases.models import Attempt
-from cases.services import (
-    SYSTEM,
-    apply_transition,
-    available_transitions,
-    case_transition,
-    lock_case,
-)
+from cases.services import case_transition
+from reconciliation.claims import case_claim
 
 
 def _held(case):
@@ -31,7 +27,7 @@ def test_a_held_case_offers_no_manual_cancel_stop_or_escalate(make_case, lead):
     case = _held(make_case())
 
     # Only a cancellation *request* is offered: it is saved and the case stays held.
-    assert available_transitions(case, lead) == ["cancel"]
+    assert allowed_transitions(case, lead) == ["cancel"]
     for name in ("cancel", "stop", "escalate"):
         if name == "cancel":
             # A cancellation on a held case is recorded, never applied as a status.
@@ -64,7 +60,7 @@ def test_escalate_is_refused_while_an_attempt_is_running(approved_case, lead, ag
     attempt = case_claim(case_id=case.pk, worker=SYSTEM)
     case.refresh_from_db()
 
-    assert "escalate" not in available_transitions(case, lead)
+    assert "escalate" not in allowed_transitions(case, lead)
     with pytest.raises(TransitionRejected):
         case_transition(
             case=case,

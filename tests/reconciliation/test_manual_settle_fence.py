@@ -13,15 +13,16 @@ from django.utils import timezone
 
 from approvals.models import Proposal
 from approvals.services import live_approval, proposal_approve
-from approvals.tasks import prepare_proposal
-from cases.claims import attempts_expire_leases, case_authorize_apply, case_claim
+from cases.kernel import Worker
 from cases.models import Attempt, CancellationRequest, Status
-from cases.services import Worker, case_cancel_request
+from cases.services import case_cancel_request
 from reconciliation.apply import _mark_submitting
+from reconciliation.claims import attempts_expire_leases, case_authorize_apply, case_claim
 from reconciliation.client import OrderSystemClient
 from reconciliation.exceptions import Conflict
 from reconciliation.settle import case_settle_manually
 from reconciliation.sources import source_check
+from reconciliation.tasks import prepare_proposal
 
 pytestmark = pytest.mark.order_system
 

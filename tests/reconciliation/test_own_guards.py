@@ -16,17 +16,17 @@ from django.conf import settings
 from django.utils import timezone
 
 import approvals.services as approval_services
+from approvals.grants import grant_issue
 from approvals.models import Approval, Proposal
 from approvals.services import proposal_approve
-from approvals.tasks import prepare_proposal
 from cases.models import Attempt, Case, CaseEvent, CustomerAccount, Status
-from cases.revocation import account_revoke_access, case_revoke
 from reconciliation import apply as apply_module
 from reconciliation.apply import apply_case
 from reconciliation.client import OrderSystemClient
-from reconciliation.grants import grant_issue
 from reconciliation.models import CAPABILITIES, Autonomy, OrderSystemProfile
+from reconciliation.revocation import account_revoke_access, case_revoke
 from reconciliation.sources import source_check
+from reconciliation.tasks import prepare_proposal
 from tests.support.order_system import OrderSystemProcess
 
 pytestmark = pytest.mark.order_system

@@ -9,10 +9,11 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from cases.claims import attempts_expire_leases, case_claim
+from cases.kernel import Worker
 from cases.models import CancellationRequest, Status
-from cases.services import Worker, case_cancel_request
+from cases.services import case_cancel_request
 from reconciliation.apply import apply_case
+from reconciliation.claims import attempts_expire_leases, case_claim
 from reconciliation.client import OrderSystemClient
 from reconciliation.exceptions import UnknownOperation
 from reconciliation.settle import case_reconcile

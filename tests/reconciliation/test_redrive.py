@@ -26,14 +26,14 @@ from django_q.models import OrmQ, Schedule
 
 from approvals.models import Proposal
 from approvals.services import proposal_approve
-from approvals.tasks import prepare_proposal
-from cases.claims import attempts_expire_leases, case_claim
-from cases.dispatch import TASK_FOR_STATUS, dispatch_due
+from cases.kernel import WAITING_AFTER, Worker
 from cases.models import Case, Status, WaitingOn
-from cases.services import _WAITING_AFTER, Worker
 from reconciliation import sweep
+from reconciliation.claims import attempts_expire_leases, case_claim
+from reconciliation.dispatch import TASK_FOR_STATUS, dispatch_due
 from reconciliation.models import InboundEvent
 from reconciliation.sources import source_check
+from reconciliation.tasks import prepare_proposal
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,7 +83,7 @@ def test_every_status_a_worker_acts_in_next_has_a_next_check(
 
 def test_the_dispatcher_covers_every_status_a_transition_hands_to_a_worker():
     worker_targets = set()
-    for name, (waiting_on, _reason) in _WAITING_AFTER.items():
+    for name, (waiting_on, _reason) in WAITING_AFTER.items():
         if waiting_on == WaitingOn.WORKER:
             meta = getattr(Case, name)._django_fsm
             worker_targets.update(t.target for t in meta.transitions.values())
@@ -100,14 +100,14 @@ def test_a_lost_prepare_task_is_re_driven_by_the_dispatcher_once_per_lease(
 ):
     with django_capture_on_commit_callbacks(execute=True):
         assert source_check(case_id=case.pk) == "checked"
-    assert lost == [("approvals.tasks.prepare_proposal", case.pk)]  # queued, then lost
+    assert lost == [("reconciliation.tasks.prepare_proposal", case.pk)]  # queued, then lost
     case.refresh_from_db()
     assert case.status == Status.PREPARING_PROPOSAL
 
     ran: list[tuple] = []
     now = timezone.now()
     assert dispatch_due(now=now, run=lambda func, pk: ran.append((func, pk))) == 1
-    assert ran == [("approvals.tasks.prepare_proposal", case.pk)]
+    assert ran == [("reconciliation.tasks.prepare_proposal", case.pk)]
     # Within the lease a second dispatcher leaves it to the first...
     assert dispatch_due(now=now + dt.timedelta(seconds=1), run=ran.append) == 0
     # ...and once the lease has passed with no result, it is dispatched again.

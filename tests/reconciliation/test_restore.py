@@ -19,10 +19,11 @@ from django.core.management import call_command
 from django.db import connection, connections
 
 from approvals.models import Operation
-from cases.dispatch import dispatch_due
 from cases.models import CaseEvent, Status
 from reconciliation.apply import apply_case
-from reconciliation.restore import marker_advance, restore_detected, suspects
+from reconciliation.dispatch import dispatch_due
+from reconciliation.restore import suspects
+from reconciliation.restored import marker_advance, restore_detected
 
 pytestmark = pytest.mark.order_system
 
@@ -98,8 +99,8 @@ def test_a_restored_backup_older_than_the_change_is_recovered_without_a_second_a
 
 
 def _awaiting_review(make_case):
-    from approvals.tasks import prepare_proposal
     from reconciliation.sources import source_check
+    from reconciliation.tasks import prepare_proposal
 
     case = make_case()
     source_check(case_id=case.pk)

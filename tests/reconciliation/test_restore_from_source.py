@@ -16,12 +16,12 @@ from django.core import mail
 from django.db import connection, connections
 
 from approvals.models import Approval, Operation
-from cases.dispatch import dispatch_due
 from cases.fencing import fencing_current, next_fencing_token
 from cases.models import CaseEvent, Status
 from reconciliation.apply import apply_case
-from reconciliation.restore import (
-    REFERENCE_GAP,
+from reconciliation.dispatch import dispatch_due
+from reconciliation.restore import REFERENCE_GAP
+from reconciliation.restored import (
     restore_detected,
     restore_detected_at_source,
     source_verified,
@@ -162,7 +162,7 @@ def test_an_operation_the_records_lack_is_a_restore(approved_case, live_orders):
 
     from django.utils import timezone
 
-    from reconciliation.grants import grant_issue
+    from approvals.grants import grant_issue
 
     case = approved_case()
     source_verified()

@@ -14,7 +14,7 @@ from django.conf import settings
 
 from cases.models import Attempt, CaseEvent
 from reconciliation import tasks
-from reconciliation.restore import RecoveryRequired, marker_advance, restore_detected
+from reconciliation.restored import RecoveryRequired, marker_advance, restore_detected
 
 pytestmark = pytest.mark.order_system
 

@@ -15,10 +15,10 @@ from django.utils import timezone
 from django.utils.html import escape
 
 from approvals.models import Operation, Proposal
-from cases.claims import attempts_expire_leases, case_authorize_apply, case_claim
+from cases.kernel import Worker
 from cases.models import Attempt, CaseEvent, EvidenceReference, Status
-from cases.services import Worker
 from reconciliation.apply import apply_case
+from reconciliation.claims import attempts_expire_leases, case_authorize_apply, case_claim
 from reconciliation.client import OrderSystemClient
 from reconciliation.exceptions import Conflict
 from reconciliation.settle import SettlementContradicted, case_reconcile, case_settle_manually
@@ -196,8 +196,8 @@ def test_fence_then_consistent_not_found_lets_a_new_attempt_apply_the_same_opera
 def _supervised_held_case(live_orders, make_case, approver, lead):
     """No capability profile (review-only): a lead starts the apply, whose answer is lost."""
     from approvals.services import proposal_approve
-    from approvals.tasks import prepare_proposal
     from reconciliation.sources import source_check
+    from reconciliation.tasks import prepare_proposal
 
     case = make_case()
     source_check(case_id=case.pk)

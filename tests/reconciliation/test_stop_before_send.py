@@ -13,13 +13,14 @@ import pytest
 from django.utils import timezone
 
 from approvals.models import Approval, Proposal
-from approvals.services import EXPIRED_DURING_HOLD, approvals_expire_due, live_approval
+from approvals.services import approvals_expire_due, live_approval
+from cases.codes import Action
 from cases.models import Attempt, CancellationRequest, CaseEvent, Status
 from cases.next_action import describe_next_action
-from cases.revocation import case_revoke
 from cases.services import case_cancel_request
 from reconciliation import apply as apply_module
 from reconciliation.apply import apply_case
+from reconciliation.revocation import case_revoke
 
 pytestmark = pytest.mark.order_system
 
@@ -106,7 +107,7 @@ def test_an_expiry_during_the_hold_is_shown_at_once_and_recorded_once(held_case)
     approvals_expire_due()
     approvals_expire_due()
 
-    events = CaseEvent.objects.filter(case=held_case, action=EXPIRED_DURING_HOLD)
+    events = CaseEvent.objects.filter(case=held_case, action=Action.APPROVAL_EXPIRED_DURING_HOLD)
     assert events.count() == 1
     assert events.get().detail["approval"] == approval.reference
     assert f"{approval.reference} expired during the hold" in events.get().reason
@@ -118,7 +119,9 @@ def test_an_expiry_during_the_hold_is_shown_at_once_and_recorded_once(held_case)
 def test_a_live_approval_during_the_hold_is_not_reported_as_expired(held_case):
     approvals_expire_due()
 
-    assert not CaseEvent.objects.filter(case=held_case, action=EXPIRED_DURING_HOLD).exists()
+    assert not CaseEvent.objects.filter(
+        case=held_case, action=Action.APPROVAL_EXPIRED_DURING_HOLD
+    ).exists()
     assert "expired during the hold" not in describe_next_action(held_case).why_waiting
 
 

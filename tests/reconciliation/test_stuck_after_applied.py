@@ -8,12 +8,13 @@ import datetime as dt
 import pytest
 
 from approvals.models import Operation
-from cases.claims import attempts_expire_leases, case_claim
+from cases.kernel import Worker
 from cases.models import Attempt, Status
-from cases.revocation import case_revoke
-from cases.services import Worker, case_cancel_request
+from cases.services import case_cancel_request
 from reconciliation.apply import _apply, apply_case
+from reconciliation.claims import attempts_expire_leases, case_claim
 from reconciliation.client import OrderSystemClient
+from reconciliation.revocation import case_revoke
 from reconciliation.settle import case_reconcile
 
 pytestmark = pytest.mark.order_system

@@ -14,10 +14,10 @@ import time
 import pytest
 from django.utils import timezone
 
-from cases.claims import StaleAttempt, attempt_heartbeat, attempts_expire_leases
 from cases.fencing import next_fencing_token
 from cases.models import Attempt, CaseEvent, Status, WaitingOn
 from reconciliation.apply import apply_case
+from reconciliation.claims import StaleAttempt, attempt_heartbeat, attempts_expire_leases
 from reconciliation.client import OrderSystemClient
 from tests.support.order_system import DEFAULT_GRANT_KEY
 from tests.support.proc_worker import WorkerProcess, wait_for

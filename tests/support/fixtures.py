@@ -9,8 +9,9 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.utils import timezone
 
+from cases.kernel import SYSTEM
 from cases.models import CustomerAccount, Team
-from cases.services import SYSTEM, case_intake
+from cases.services import case_intake
 
 
 @pytest.fixture(autouse=True)
@@ -191,8 +192,8 @@ def approved_case(live_orders, autonomous, make_case, approver):
     """A case taken from intake to 'ready' through the real services and the live source."""
     from approvals.models import Proposal
     from approvals.services import proposal_approve
-    from approvals.tasks import prepare_proposal
     from reconciliation.sources import source_check
+    from reconciliation.tasks import prepare_proposal
 
     def make(**overrides):
         case = make_case(**overrides)

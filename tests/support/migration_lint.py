@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,7 +87,7 @@ _ALTER = re.compile(
 )
 
 
-def lint_sql(sql: str, created: set[str] = frozenset()) -> list[tuple[str, str, str]]:
+def lint_sql(sql: str, created: AbstractSet[str] = frozenset()) -> list[tuple[str, str, str]]:
     """(rule, table, detail) for each statement of ``sql`` that locks a big table for long."""
     found = []
     for m in _INDEX.finditer(sql):
@@ -146,7 +147,7 @@ def _widening(old: str | None, new: str | None) -> bool:
     if new == "text":
         return True
     n = re.fullmatch(r"varchar\((\d+)\)", new or "")
-    return bool(n) and int(n[1]) >= int(o[1])
+    return n is not None and int(n[1]) >= int(o[1])
 
 
 def _indexed(field) -> bool:
@@ -156,7 +157,9 @@ def _indexed(field) -> bool:
 def lint_migration(migration, state, pg) -> list[Finding]:
     """Findings of one migration, given the project state before it."""
     from django.db import migrations
-    from django.db.models import Expression, Value
+    from django.db.models import Expression, ForeignKey, Value
+
+    # ``getattr(field, "db_constraint", True)`` below: django-stubs do not declare the attribute.
 
     name = f"{migration.app_label}.{migration.name}"
     app = migration.app_label
@@ -179,7 +182,7 @@ def lint_migration(migration, state, pg) -> list[Finding]:
         if isinstance(op, migrations.CreateModel):
             created.add(op.options.get("db_table") or f"{app}_{op.name.lower()}")
         elif isinstance(op, migrations.RunPython):
-            data_ops.append(f"RunPython({op.code.__name__})")
+            data_ops.append(f"RunPython({getattr(op.code, '__name__', op.code)})")
         elif isinstance(op, migrations.RunSQL):
             data_ops.append("RunSQL")
             sqls = op.sql if isinstance(op.sql, (list, tuple)) else [op.sql]
@@ -191,10 +194,10 @@ def lint_migration(migration, state, pg) -> list[Finding]:
             # A new foreign key takes SHARE ROW EXCLUSIVE on the table it references.
             fields = [f for _n, f in op.fields] if hasattr(op, "fields") else [op.field]
             for field in fields:
-                if field.is_relation and field.many_to_one and field.db_constraint:
+                if isinstance(field, ForeignKey) and getattr(field, "db_constraint", True):
                     to = field.remote_field.model
-                    to_app, _, to_model = (
-                        to.partition(".") if isinstance(to, str) else (app, ".", to)
+                    to_app, _, to_model = (to if isinstance(to, str) else to._meta.label).partition(
+                        "."
                     )
                     model_state = state.models.get((to_app.lower(), to_model.lower()))
                     if model_state is not None:
@@ -203,8 +206,7 @@ def lint_migration(migration, state, pg) -> list[Finding]:
                         )
                         if is_big(ref) and ref not in created:
                             schema_on_big.add(ref)
-        big = table is not None and is_big(table) and table not in created
-        if big:
+        if table is not None and is_big(table) and table not in created:
             if not isinstance(op, (migrations.AlterModelOptions, migrations.AlterModelManagers)):
                 schema_on_big.add(table)
             desc = op.describe()
@@ -219,7 +221,7 @@ def lint_migration(migration, state, pg) -> list[Finding]:
                 field = op.field
                 if _indexed(field):
                     add("add-index", table, f"{desc}: its index is built without CONCURRENTLY")
-                if field.is_relation and field.many_to_one and field.db_constraint:
+                if isinstance(field, ForeignKey) and getattr(field, "db_constraint", True):
                     add("add-foreign-key", table, f"{desc}: the foreign key is validated")
                 db_default = getattr(field, "db_default", None)
                 if isinstance(db_default, Expression) and not isinstance(db_default, Value):
@@ -282,7 +284,7 @@ def lint_migrations(apps: tuple[str, ...] = PROJECT_APPS) -> list[Finding]:
 
 def load_allowlist(path: Path = ALLOWLIST) -> dict[tuple[str, str, str], str]:
     """``migration rule table  reason`` per line; ``#`` starts a comment line."""
-    allowed = {}
+    allowed: dict[tuple[str, str, str], str] = {}
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         line = line.strip()
         if not line or line.startswith("#"):
@@ -290,7 +292,7 @@ def load_allowlist(path: Path = ALLOWLIST) -> dict[tuple[str, str, str], str]:
         parts = line.split(None, 3)
         if len(parts) < 4:
             raise ValueError(f"{path.name}:{number}: want 'migration rule table reason'")
-        allowed[tuple(parts[:3])] = parts[3]
+        allowed[(parts[0], parts[1], parts[2])] = parts[3]
     return allowed
 
 

@@ -31,6 +31,11 @@ import time
 import traceback
 from contextlib import nullcontext
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from django.db.migrations.executor import MigrationExecutor
+    from django.db.migrations.state import ProjectState
 
 PROJECT_APPS = ("cases", "approvals", "reconciliation")
 WRITE_BLOCKING = {"ShareLock", "ShareRowExclusiveLock", "ExclusiveLock", "AccessExclusiveLock"}
@@ -44,6 +49,13 @@ def setup() -> None:
     import django
 
     django.setup()
+
+
+def applied_state(executor: MigrationExecutor) -> ProjectState:
+    """The project state of the applied migrations, built the way ``migrate`` builds it."""
+    # A private executor method (what ``migrate`` itself calls) that django-stubs do not declare.
+    state: ProjectState = executor._create_project_state(with_applied_migrations=True)  # type: ignore[attr-defined]
+    return state
 
 
 # --- rows ---------------------------------------------------------------------------------------
@@ -420,6 +432,7 @@ def irreversible_reasons(migration) -> list[str]:
 
 def walk_forward(seeder: Seeder, report: dict, key: str) -> None:
     from django.db import connection, transaction
+    from django.db.migrations import CreateModel
     from django.db.migrations.executor import MigrationExecutor
     from django.db.migrations.state import ProjectState
 
@@ -427,7 +440,7 @@ def walk_forward(seeder: Seeder, report: dict, key: str) -> None:
     executor.loader.check_consistent_history(connection)
     targets = executor.loader.graph.leaf_nodes()
     plan = executor.migration_plan(targets)
-    state = executor._create_project_state(with_applied_migrations=True)
+    state = applied_state(executor)
     steps = report.setdefault(key, [])
     for migration, backwards in plan:
         assert not backwards
@@ -469,7 +482,7 @@ def walk_forward(seeder: Seeder, report: dict, key: str) -> None:
                 "created": [
                     op.options.get("db_table") or f"{migration.app_label}_{op.name.lower()}"
                     for op in migration.operations
-                    if op.__class__.__name__ == "CreateModel"
+                    if isinstance(op, CreateModel)
                 ],
             }
         )
@@ -482,8 +495,9 @@ def read_back(seeder: Seeder, report: dict, key: str) -> None:
 
     from approvals.models import Operation
     from cases.audit import verify_chains
+    from cases.kernel import SYSTEM
     from cases.models import Case
-    from cases.services import SYSTEM, case_intake
+    from cases.services import case_intake
 
     call_command("check", databases=["default"], fail_level="ERROR")
     counts = {}
@@ -547,7 +561,7 @@ def walk_backward(seeder: Seeder, report: dict) -> None:
             report["backward_stopped_at"] = label(migration)
             break
         executor = MigrationExecutor(connection)
-        before = table_counts(executor._create_project_state(with_applied_migrations=True))
+        before = table_counts(applied_state(executor))
         # Of several parents in the same app, the latest: migrating to it unapplies only this.
         order = [(m.app_label, m.name) for m in ours]
         parents = [
@@ -563,9 +577,7 @@ def walk_backward(seeder: Seeder, report: dict) -> None:
         started = time.monotonic()
         executor.migrate([target], plan=plan)
         seconds = time.monotonic() - started
-        after = table_counts(
-            MigrationExecutor(connection)._create_project_state(with_applied_migrations=True)
-        )
+        after = table_counts(applied_state(MigrationExecutor(connection)))
         lost = {t: (before[t], n) for t, n in after.items() if t in before and before[t] != n}
         data_ops = any(
             op.__class__.__name__ in ("RunPython", "RunSQL") for op in migration.operations
@@ -582,7 +594,7 @@ def walk_backward(seeder: Seeder, report: dict) -> None:
         )
     # what the seeder made now is what survived
     executor = MigrationExecutor(connection)
-    survived = table_counts(executor._create_project_state(with_applied_migrations=True))
+    survived = table_counts(applied_state(executor))
     seeder.made = {k: v for k, v in seeder.made.items() if not k.startswith(PROJECT_APPS)}
     seeder.made.update(survived)
     if "cases.case" not in survived:

@@ -81,8 +81,8 @@ class OrderSystemProcess:
         self.startup_timeout = startup_timeout
         self.base_url = ""
         self.database_url = ""
-        self._process: subprocess.Popen | None = None
-        self._tempdir: tempfile.TemporaryDirectory | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._tempdir: tempfile.TemporaryDirectory[str] | None = None
         self._pg_admin_url: str | None = None
         self._pg_name: str | None = None
         self._client: httpx.Client | None = None
@@ -95,8 +95,9 @@ class OrderSystemProcess:
 
     def start(self) -> OrderSystemProcess:
         self._tempdir = tempfile.TemporaryDirectory(prefix="holdfast-orders-")
-        self.database_url = self._create_database()
-        log_path = Path(self._tempdir.name) / "server.log"
+        workdir = Path(self._tempdir.name)
+        self.database_url = self._create_database(workdir)
+        log_path = workdir / "server.log"
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "orders.settings",
@@ -110,14 +111,14 @@ class OrderSystemProcess:
             **self.extra_env,
         }
         with log_path.open("wb") as log:
-            self._process = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            self._process = process = subprocess.Popen(  # noqa: S603 - our own interpreter
                 [sys.executable, "-m", "orders", "serve", "--host", "127.0.0.1", "--port", "0"],
                 cwd=REPO_ROOT,
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        self.base_url = self._wait_ready(log_path)
+        self.base_url = self._wait_ready(log_path, process)
         self._client = httpx.Client(
             base_url=self.base_url,
             timeout=httpx.Timeout(10.0, connect=2.0),
@@ -125,7 +126,7 @@ class OrderSystemProcess:
         )
         return self
 
-    def _wait_ready(self, log_path: Path) -> str:
+    def _wait_ready(self, log_path: Path, process: subprocess.Popen[bytes]) -> str:
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             output = log_path.read_text(errors="replace")
@@ -136,7 +137,7 @@ class OrderSystemProcess:
                         return base_url
                 except httpx.HTTPError:
                     pass
-            if self._process.poll() is not None:
+            if process.poll() is not None:
                 self.stop()
                 raise RuntimeError(f"The order system exited while starting:\n{output}")
             time.sleep(0.05)
@@ -169,10 +170,12 @@ class OrderSystemProcess:
 
     # --- database ---------------------------------------------------------------------
 
-    def _create_database(self) -> str:
+    def _create_database(self, workdir: Path) -> str:
+        """A fresh database for this process: PostgreSQL when configured, else a SQLite file
+        in ``workdir``."""
         url = _postgres_url()
         if url is None:
-            return f"sqlite:///{Path(self._tempdir.name) / 'orders.sqlite3'}"
+            return f"sqlite:///{workdir / 'orders.sqlite3'}"
         import psycopg
 
         parts = urlsplit(url)
@@ -184,7 +187,7 @@ class OrderSystemProcess:
         return urlunsplit(parts._replace(path=f"/{self._pg_name}"))
 
     def _drop_database(self) -> None:
-        if self._pg_name is None:
+        if self._pg_name is None or self._pg_admin_url is None:
             return
         import psycopg
 

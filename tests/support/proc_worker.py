@@ -50,12 +50,16 @@ class WorkerProcess:
             **env,
         }
         self._log = tempfile.NamedTemporaryFile(prefix="holdfast-worker-", suffix=".log")  # noqa: SIM115
-        self._process: subprocess.Popen | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        assert self._process is not None, "start() the worker first"
+        return self._process
 
     @property
     def pid(self) -> int:
-        assert self._process is not None
-        return self._process.pid
+        return self.process.pid
 
     @property
     def returncode(self) -> int | None:
@@ -82,10 +86,10 @@ class WorkerProcess:
 
     def kill(self) -> None:
         os.kill(self.pid, signal.SIGKILL)
-        self._process.wait(timeout=10)
+        self.process.wait(timeout=10)
 
     def wait(self, timeout: float) -> int:
-        return self._process.wait(timeout=timeout)
+        return self.process.wait(timeout=timeout)
 
     def __enter__(self) -> WorkerProcess:
         return self.start()

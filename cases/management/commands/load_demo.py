@@ -17,9 +17,10 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from cases.fencing import counter_raise_to
+from cases.kernel import SYSTEM
 from cases.models import CustomerAccount, Team
 from cases.roles import ensure_roles
-from cases.services import SYSTEM, case_intake
+from cases.services import case_intake
 
 DEMO_PASSWORD = "holdfast-demo"  # noqa: S105 - a printed demo login, never a real secret
 DEMO_USERS = [

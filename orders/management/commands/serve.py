@@ -39,7 +39,8 @@ class Command(BaseCommand):
         )
         serving.start()
         deliverer.start()
-        bound_host, bound_port = server.server_address[:2]
+        # What ``server_address`` holds once bound, read as the (host, port) of an inet socket.
+        bound_host, bound_port = server.socket.getsockname()[:2]
         self.stdout.write(f"Order system: http://{bound_host}:{bound_port}/")
         self.stdout.flush()
         while not stopping.wait(1.0):

@@ -19,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 TASKS = {
     "source_check": "reconciliation.tasks.source_check",
-    "prepare_proposal": "approvals.tasks.prepare_proposal",
+    "prepare_proposal": "reconciliation.tasks.prepare_proposal",
 }
 
 
@@ -59,12 +59,17 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Drilling {len(chosen)} scenario(s) against {settings.ORDER_SYSTEM_URL}", ending="\n"
         )
+
+        def progress(line: str) -> None:
+            self.stdout.write(line)
+            self.stdout.flush()
+
         try:
             results, meta = run_drills(
                 chosen,
                 order_id=options["order"],
                 holdfast_url=options["holdfast_url"],
-                progress=lambda line: (self.stdout.write(line), self.stdout.flush()),
+                progress=progress,
             )
         except DeploymentError as exc:
             raise CommandError(str(exc)) from None

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 import time
-from urllib.parse import urlsplit, urlunsplit
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
@@ -24,6 +26,23 @@ DEFAULT_SERVER = "postgres://postgres@127.0.0.1:5432/"
 def _with_database(url: str, name: str) -> str:
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path=f"/{name}", query=""))
+
+
+def _postgres_settings(url: str) -> dict[str, Any]:
+    """The ``DATABASES`` entry for ``postgres://user:pw@host:port/name`` (what the project's
+    ``DATABASE_URL`` reader makes of it; simulate runs on PostgreSQL only)."""
+    parts = urlsplit(url)
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")),
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+        "CONN_MAX_AGE": 600,
+        "CONN_HEALTH_CHECKS": True,
+        "OPTIONS": {key: values[-1] for key, values in parse_qs(parts.query).items()},
+    }
 
 
 class Command(BaseCommand):
@@ -73,10 +92,8 @@ class Command(BaseCommand):
             raise CommandError(f"{outcome.violations} violations", returncode=1)
 
     def _use_database(self, url: str) -> None:
-        from config.env import parse_database_url
-
         connections.close_all()
-        configured = connections.configure_settings({"default": parse_database_url(url)})
+        configured = connections.configure_settings({"default": _postgres_settings(url)})
         connections.settings["default"] = configured["default"]
         connections["default"] = connections.create_connection("default")
 
@@ -110,7 +127,7 @@ def _order_system(database_url: str):
     from tests.support.order_system import OrderSystemProcess
 
     class SimulationOrderSystem(OrderSystemProcess):
-        def _create_database(self) -> str:
+        def _create_database(self, workdir: Path) -> str:
             return database_url
 
         def _drop_database(self) -> None:  # the command drops it

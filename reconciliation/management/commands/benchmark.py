@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from datetime import timedelta
+from datetime import date, timedelta
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
@@ -76,7 +76,7 @@ class Command(BaseCommand):
             else "(WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s "
             "WHERE i < %(n)s) SELECT i FROM s) AS g"
         )
-        params = {
+        params: dict[str, int | date] = {  # a datetime is a date
             "n": n,
             "account": account.pk,
             "team": team.pk,
@@ -89,10 +89,10 @@ class Command(BaseCommand):
                 f"""INSERT INTO cases_case (reference, number, account_id, request_key, order_id,
                     requested_date, note, status, version, team_id, owner_id, waiting_on,
                     waiting_reason, outstanding_question, last_error, retry_count, created_at,
-                    updated_at, legal_hold, revocation_kind)
+                    updated_at, legal_hold, revocation_kind, retry_counts)
                     SELECT 'B-' || i, 1000000 + i, %(account)s, 'bench-' || i, 'ORD-B' || i,
                     %(date)s, '', 'done', 3, %(team)s, %(owner)s, 'nobody', '', '', '', 0,
-                    %(now)s, %(now)s, false, '' FROM {series}""",  # noqa: S608 - a constant
+                    %(now)s, %(now)s, false, '', '{{}}' FROM {series}""",  # noqa: S608 - a constant
                 params,
             )
             cursor.execute(
@@ -164,8 +164,8 @@ class Command(BaseCommand):
 
     def _claims(self, count: int) -> None:
         from approvals.models import Approval, Operation, Proposal
-        from cases.claims import case_claim
-        from cases.services import Worker
+        from cases.kernel import Worker
+        from reconciliation.claims import case_claim
         from reconciliation.models import OrderSystemProfile
 
         OrderSystemProfile.objects.create(
@@ -184,6 +184,9 @@ class Command(BaseCommand):
         approver = get_user_model().objects.create(username="bench-approver")
         account = CustomerAccount.objects.get(reference="ACC-BENCH")
         now = timezone.now()
+        owner = account.team.default_owner
+        if owner is None:
+            raise CommandError("The ACC-BENCH team has no default owner: fill it first.")
         first_number = (Case.objects.order_by("-number").values_list("number", flat=True)[0]) + 1
         ready = []
         for i in range(count):
@@ -195,7 +198,7 @@ class Command(BaseCommand):
                 order_id=f"ORD-R{i}",
                 requested_date=now.date(),
                 team=account.team,
-                owner=account.team.default_owner,
+                owner=owner,
                 last_checked_order_version=1,
             )
             Case.objects.filter(pk=case.pk).update(status=Status.READY)

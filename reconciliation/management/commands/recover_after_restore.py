@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from reconciliation.restore import recover_after_restore, restore_detected
+from reconciliation.restore import recover_after_restore
+from reconciliation.restored import restore_detected
 
 
 class Command(BaseCommand):

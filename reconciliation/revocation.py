@@ -14,23 +14,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 from django_fsm import can_proceed
 
 from cases import validation
-from cases.models import Attempt, Case, CustomerAccount, Status, WaitingOn
-from cases.services import (
+from cases.attempts import attempts_request_stop
+from cases.codes import Action
+from cases.kernel import (
     Actor,
     Worker,
-    _bump_and_save,
-    _require,
     apply_transition,
+    bump_and_save,
     lock_case,
     record_event,
     record_fact,
-    require_account_lead,
+    require,
 )
+from cases.models import Attempt, Case, CustomerAccount, Status, WaitingOn
+from cases.services import require_account_lead
+from reconciliation.complete import case_complete
 
 
 @dataclass
@@ -61,6 +65,22 @@ def case_revoke(
     return result
 
 
+def revocation_possible(case: Case) -> bool:
+    """A case has authority left to revoke until it is finished or already revoked; revoking
+    one that has none does nothing (``Revocation.already``)."""
+    return case.revoked_at is None and not case.is_terminal
+
+
+def revocation_offered(case: Case | None, actor: User) -> bool:
+    """Whether to offer revoking (the admin's "Delete"): to a person with the lead permission,
+    on a case with authority left to revoke (``case`` None: the bulk action on a list). No
+    button that does nothing; ``case_revoke`` checks the lead permission in the case's team
+    again, under the row lock."""
+    if case is not None and not revocation_possible(case):
+        return False
+    return bool(actor.has_perm("cases.lead_case"))
+
+
 def describe_revocation(result: Revocation) -> str:
     """What a revocation did, in the words an operator reads after pressing the button."""
     case = result.case
@@ -87,22 +107,22 @@ def describe_revocation(result: Revocation) -> str:
 
 def _revoke_in_transaction(case: Case, actor: Actor, reason: str, kind: str) -> Revocation:
     from approvals.models import Proposal
-    from approvals.services import _close_proposal, _revoke_approvals
+    from approvals.services import proposal_withdraw
 
     now = timezone.now()
     with transaction.atomic():
         case = lock_case(case)
         if not isinstance(actor, Worker):
-            _require(actor, "cases.lead_case", case, "revoke the case")
+            require(actor, "cases.lead_case", case, "revoke the case")
         result = Revocation(case=case)
-        if case.revoked_at is not None or case.is_terminal:
+        if not revocation_possible(case):
             result.already = True
             return result
         case.revoked_at, case.revocation_kind = now, kind
-        _bump_and_save(case, ["revoked_at", "revocation_kind"])
+        bump_and_save(case, ["revoked_at", "revocation_kind"])
         record_event(
             case=case,
-            action="cases.revocation.requested",
+            action=Action.REVOCATION_REQUESTED,
             actor=actor,
             reason=f"Context revoked ({kind}): {reason}",
             detail={"kind": kind},
@@ -114,7 +134,7 @@ def _revoke_in_transaction(case: Case, actor: Actor, reason: str, kind: str) -> 
         uncertain = case.status == Status.HELD
         record_fact(
             case=case,
-            action="cases.revocation.unsettled_discovered",
+            action=Action.REVOCATION_UNSETTLED_DISCOVERED,
             actor=actor,
             reason=f"{len(open_proposals)} queued or awaiting-approval proposal(s), "
             f"{len(active)} running attempt(s)" + (", an unknown outcome" if uncertain else ""),
@@ -128,13 +148,14 @@ def _revoke_in_transaction(case: Case, actor: Actor, reason: str, kind: str) -> 
         for proposal in open_proposals:
             if proposal.status == Proposal.Status.APPROVED and active:
                 continue  # its attempt is running: settled by the attempt, below
-            result.revoked_approvals += _revoke_approvals(proposal, f"Revoked: {reason}")
-            _close_proposal(proposal, Proposal.Status.WITHDRAWN, f"Context revoked: {reason}")
+            result.revoked_approvals += proposal_withdraw(
+                proposal, f"Context revoked: {reason}", approval_reason=f"Revoked: {reason}"
+            )
             result.closed_proposals.append(proposal.pk)
         if result.closed_proposals:
             record_fact(
                 case=case,
-                action="cases.revocation.closed_queued",
+                action=Action.REVOCATION_CLOSED_QUEUED,
                 actor=actor,
                 reason="Queued and awaiting-approval work closed",
                 detail={
@@ -143,19 +164,14 @@ def _revoke_in_transaction(case: Case, actor: Actor, reason: str, kind: str) -> 
                 },
             )
         # Running work can only be asked to stop: the intent is durable, the stop is not yet.
-        for attempt in active:
-            Attempt.objects.filter(pk=attempt.pk, state=Attempt.State.RUNNING).update(
-                state=Attempt.State.CANCEL_REQUESTED, cancel_requested_at=now
-            )
-            result.cancel_requested.append(attempt.reference)
-            record_fact(
-                case=case,
-                action="cases.attempt.cancel_requested",
-                actor=actor,
-                reason=f"Cancellation requested for {attempt.reference}; it stops at "
-                "its next heartbeat or when its lease expires",
-                detail={"attempt": attempt.reference},
-            )
+        asked = attempts_request_stop(
+            case,
+            actor=actor,
+            reason="Cancellation requested for {attempt}; it stops at its next heartbeat or "
+            "when its lease expires",
+            restate=True,
+        )
+        result.cancel_requested += [attempt.reference for attempt in asked]
         if uncertain:
             result.uncertain.append(case.reference)
         if not active and not uncertain:
@@ -169,12 +185,12 @@ def _revoke_in_transaction(case: Case, actor: Actor, reason: str, kind: str) -> 
         elif active:
             case.waiting_on = WaitingOn.WORKER
             case.waiting_reason = "Revoked: waiting for the worker to stop or its lease to end"
-            _bump_and_save(case, ["waiting_on", "waiting_reason"])
+            bump_and_save(case, ["waiting_on", "waiting_reason"])
         else:
             case.waiting_on = WaitingOn.OWNER
             case.waiting_reason = "Revoked while the outcome is unknown: reconcile to settle"
             case.next_check_at = now
-            _bump_and_save(case, ["waiting_on", "waiting_reason", "next_check_at"])
+            bump_and_save(case, ["waiting_on", "waiting_reason", "next_check_at"])
     return result
 
 
@@ -192,20 +208,20 @@ def _raise_fence(result: Revocation, actor: Actor) -> None:
     except OrderSystemError as exc:
         result.fence_failed.append(case.order_id)
         outcome = (
-            "cases.revocation.fence_failed",
+            Action.REVOCATION_FENCE_FAILED,
             f"The fence for {case.order_id} could not be raised ({exc.error}); the "
             "lease still bounds the running work and reconciliation fences again",
         )
     else:
         result.fenced.append(case.order_id)
         outcome = (
-            "cases.revocation.fenced",
+            Action.REVOCATION_FENCED,
             f"Fence raised for {case.order_id} at token {token}: older attempts are "
             "refused by the order system",
         )
     with transaction.atomic():
         locked = lock_case(case.pk)
-        _bump_and_save(locked, [])
+        bump_and_save(locked, [])
         record_event(
             case=locked,
             action=outcome[0],
@@ -225,15 +241,10 @@ def settle_after_stop(case: Case, actor: Actor, why: str) -> None:
     if case.attempts.filter(state__in=Attempt.ACTIVE).exists():
         return
     if not case.nothing_applied():
-        from cases.services import cancellations_mark_after_change
-
-        note = cancellations_mark_after_change(case)
-        apply_transition(
+        case_complete(
             case,
-            "complete",
             actor=actor,
-            reason=f"{why}; the change was already applied, so no further steps run. {note}",
-            outstanding_question=note or case.outstanding_question,
+            reason=f"{why}; the change was already applied, so no further steps run.",
         )
         return
     pending = case.cancellations.filter(outcome=CancellationRequest.Outcome.PENDING)
@@ -281,7 +292,7 @@ def account_revoke_access(*, account: CustomerAccount, actor: Actor, reason: str
         cases = list(Case.objects.filter(account=locked).open().order_by("pk"))
         if not isinstance(actor, Worker):
             for case in cases:
-                _require(actor, "cases.lead_case", case, "revoke the case")
+                require(actor, "cases.lead_case", case, "revoke the case")
         was_active = locked.access_active
         if was_active:
             locked.access_active = False
@@ -290,7 +301,7 @@ def account_revoke_access(*, account: CustomerAccount, actor: Actor, reason: str
         for case in cases:
             record_fact(
                 case=lock_case(case),
-                action="cases.account.access_revoked",
+                action=Action.ACCOUNT_ACCESS_REVOKED,
                 actor=actor,
                 reason=f"Access of {locked.reference} revoked: {reason.strip()}",
                 detail={

@@ -26,7 +26,7 @@ import hmac
 import json
 from dataclasses import dataclass
 
-from reconciliation.exceptions import GrantError, GrantExpired, GrantInvalid
+from approvals.exceptions import GrantError, GrantExpired, GrantInvalid
 
 __all__ = [
     "GrantError",

@@ -22,20 +22,25 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from cases.attempts import attempt_finish
+from cases.codes import Action
 from cases.exceptions import CaseError
 from cases.fencing import next_fencing_token
-from cases.models import Attempt, Case, Status, WaitingOn
-from cases.services import (
+from cases.kernel import (
     Actor,
     Worker,
-    _bump_and_save,
-    _user_or_none,
     actor_label,
     apply_transition,
+    bump_and_save,
+    case_step,
     lock_case,
     record_event,
     record_fact,
+    user_or_none,
 )
+from cases.models import Attempt, Case, Status, WaitingOn
+from reconciliation.complete import case_complete
+from reconciliation.restored import restore_guard
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +72,7 @@ def record_slot_released(case: Case, attempt: Attempt, actor: Actor) -> None:
     distinct from 'worker stopped' and 'lease expired')."""
     record_fact(
         case=case,
-        action="cases.attempt.slot_released",
+        action=Action.ATTEMPT_SLOT_RELEASED,
         actor=actor,
         reason=f"{attempt.reference} released its claim on {case.reference}",
         detail={"attempt": attempt.reference},
@@ -94,7 +99,7 @@ def _claim_guards(case: Case, *, worker: Actor, now: dt.datetime):
         raise ClaimRefused("A cancellation is pending.", reason="cancel_requested")
     proposal = open_proposal(case)
     operation = proposal.operation if proposal else None
-    if operation is None:
+    if proposal is None or operation is None:
         raise ClaimRefused("No approved proposal to apply.", reason="no_proposal")
     resuming = operation.confirmed_at is not None
     approval = None
@@ -124,8 +129,6 @@ def case_claim(
     ``expected_version`` defaults to the version read here; the conditional UPDATE is what
     decides between racing claimers (and a racing cancellation).
     """
-    from reconciliation.restore import restore_guard
-
     restore_guard()  # a database restored from a backup is reconciled before any claim
     now = timezone.now()
     case = Case.objects.select_related("account").get(pk=case_id)
@@ -186,7 +189,7 @@ def case_claim(
             raise ClaimRefused("Another attempt is already active.", reason="claimed") from None
         record_event(
             case=case,
-            action="cases.case.claimed",
+            action=Action.CASE_CLAIMED,
             actor=worker,
             reason=f"{attempt.reference} claimed {operation.key} (token {attempt.fencing_token})",
             from_status=Status.READY,
@@ -257,10 +260,10 @@ def _act_on_refusal(case_id: int, version: int, refusal: ClaimRefused) -> None:
             case.waiting_on = WaitingOn.OWNER
             case.waiting_reason = "Supervised: a person must start the apply"
             case.next_check_at = None
-            _bump_and_save(case, ["waiting_on", "waiting_reason", "next_check_at"])
+            bump_and_save(case, ["waiting_on", "waiting_reason", "next_check_at"])
             record_event(
                 case=case,
-                action="cases.claim.refused",
+                action=Action.CLAIM_REFUSED,
                 actor=worker,
                 reason=refusal.detail,
                 detail={"reason": reason},
@@ -270,24 +273,26 @@ def _act_on_refusal(case_id: int, version: int, refusal: ClaimRefused) -> None:
 def case_authorize_apply(*, case: Case, actor: Actor, expected_version: int) -> Case:
     """Supervised autonomy: a person starts this apply (a worker then claims it)."""
     from cases.scheduling import enqueue_on_commit
-    from cases.services import _check_version, _require
 
-    with transaction.atomic():
-        case = lock_case(case)
-        _require(actor, "cases.lead_case", case, "start the apply")
-        _check_version(case, expected_version)
+    with case_step(
+        case,
+        actor=actor,
+        permission="cases.lead_case",
+        what="start the apply",
+        expected_version=expected_version,
+    ) as case:
         if case.status != Status.READY:
             raise ClaimRefused(f"{case.reference} is not ready.", reason="not_ready")
-        case.apply_authorized_by = _user_or_none(actor)
+        case.apply_authorized_by = user_or_none(actor)
         case.next_check_at = timezone.now()
         case.waiting_on = WaitingOn.WORKER
         case.waiting_reason = f"{actor_label(actor)} started the apply"
-        _bump_and_save(
+        bump_and_save(
             case, ["apply_authorized_by", "next_check_at", "waiting_on", "waiting_reason"]
         )
         record_event(
             case=case,
-            action="cases.apply.authorized",
+            action=Action.APPLY_AUTHORIZED,
             actor=actor,
             reason="A person started the apply (supervised autonomy)",
         )
@@ -341,7 +346,7 @@ def keep_alive(attempt: Attempt) -> Iterator[threading.Event]:
                 attempt_heartbeat(attempt_id=attempt.pk, fencing_token=attempt.fencing_token)
         except StaleAttempt:
             lost.set()
-        except Exception:  # noqa: BLE001 - a failed heartbeat must not kill the worker
+        except Exception:  # a boundary: a failed heartbeat is logged, never kills the worker
             logger.exception("Heartbeat of %s failed", attempt.reference)
         finally:
             connection.close()  # this thread's own connection
@@ -360,20 +365,19 @@ def attempt_acknowledge_cancel(*, attempt_id: int, worker: Worker) -> None:
     with transaction.atomic():
         attempt = Attempt.objects.select_related("case").get(pk=attempt_id)
         case = lock_case(attempt.case_id)
-        updated = Attempt.objects.filter(
-            pk=attempt_id, state=Attempt.State.CANCEL_REQUESTED
-        ).update(state=Attempt.State.STOPPED, finished_at=timezone.now())
+        updated = attempt_finish(
+            attempt,
+            Attempt.State.STOPPED,
+            case=case,
+            actor=worker,
+            expected=(Attempt.State.CANCEL_REQUESTED,),
+            event=Action.ATTEMPT_WORKER_STOPPED,
+            reason=f"{attempt.reference}: the worker acknowledged the "
+            "cancellation and stopped before sending anything",
+        )
         if updated:
-            from cases.revocation import settle_after_stop
+            from reconciliation.revocation import settle_after_stop
 
-            record_fact(
-                case=case,
-                action="cases.attempt.worker_stopped",
-                actor=worker,
-                reason=f"{attempt.reference}: the worker acknowledged the "
-                "cancellation and stopped before sending anything",
-                detail={"attempt": attempt.reference},
-            )
             record_slot_released(case, attempt, worker)
             settle_after_stop(case, worker, f"{attempt.reference} stopped")
 
@@ -401,22 +405,23 @@ def _expire_one(attempt_id: int, now: dt.datetime) -> bool:
     with transaction.atomic():
         attempt = Attempt.objects.select_related("operation").get(pk=attempt_id)
         case = lock_case(attempt.case_id)
-        moved = Attempt.objects.filter(
-            pk=attempt_id, state__in=Attempt.ACTIVE, lease_expires_at__lte=now
-        ).update(state=Attempt.State.LEASE_EXPIRED, finished_at=now)
-        if not moved:
-            return False
         text = (
             f"{attempt.reference} stopped reporting: its lease expired at "
             f"{timezone.localtime(attempt.lease_expires_at):%H:%M:%S}"
         )
-        record_fact(
+        moved = attempt_finish(
+            attempt,
+            Attempt.State.LEASE_EXPIRED,
             case=case,
-            action="cases.attempt.lease_expired",
             actor=watchdog,
+            where={"lease_expires_at__lte": now},
+            event=Action.ATTEMPT_LEASE_EXPIRED,
             reason=text,
-            detail={"attempt": attempt.reference, "fencing_token": attempt.fencing_token},
+            detail={"fencing_token": attempt.fencing_token},
+            finished_at=now,
         )
+        if not moved:
+            return False
         record_slot_released(case, attempt, watchdog)
         if case.status != Status.APPLYING:
             return True
@@ -425,16 +430,11 @@ def _expire_one(attempt_id: int, now: dt.datetime) -> bool:
             case.revoked_at is not None or case.cancellations.filter(outcome="pending").exists()
         )
         if attempt.operation.confirmed_at is not None and stopping:
-            from cases.services import cancellations_mark_after_change
-
-            note = cancellations_mark_after_change(case)
-            apply_transition(
+            case_complete(
                 case,
-                "complete",
                 actor=watchdog,
                 reason=f"{text}; the change is confirmed and the work was asked to stop, so no "
-                f"further steps run. {note}".strip(),
-                outstanding_question=note or case.outstanding_question,
+                "further steps run.",
             )
         elif attempt.operation.confirmed_at is not None:
             apply_transition(

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from reconciliation.grants import GrantExpired, GrantInvalid, grant_issue, grant_verify
+from approvals.grants import GrantExpired, GrantInvalid, grant_issue, grant_verify
 
 KEY = "grant-test-key"
 NOW = dt.datetime(2030, 5, 10, 12, 0, 0, tzinfo=dt.UTC)

@@ -1,10 +1,13 @@
-"""The dispatcher: enqueue due work once per case.
+"""The dispatcher: enqueue due work once per due time.
 
 A case is due when its ``next_check_at`` has passed. Enqueueing pushes ``next_check_at`` forward
-by the lease of that kind of work (``settings.LEASES``) with a compare-and-set, so two
-dispatchers never enqueue the same case twice for the same due time, and a task that died is
-dispatched again once its lease has passed. The task itself re-reads state and acts only through
-services.
+by the lease of that kind of work (``settings.LEASES``) with a compare-and-set on the due time
+read, in the same transaction, and enqueues only after it commits: of dispatchers racing for a
+case, only the one whose compare-and-set moved it enqueues (on PostgreSQL the others also skip
+the rows it holds; ``tests/reconciliation/test_dispatch_race.py`` races eight). Once the lease
+has passed with the case still due, it is dispatched again: a task that died, was lost by the
+broker or still runs past its lease (``cases.checks`` warns when one call to the order system
+may outlast it). The task itself re-reads state and acts only through services.
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ from django.utils import timezone
 
 from cases import scheduling
 from cases.models import Case, Status
+from reconciliation.restore import recover_after_restore
+from reconciliation.restored import marker_advance, restore_detected, restore_detected_at_source
 
 logger = logging.getLogger(__name__)
 
 # status -> (task, kind of work whose lease bounds it)
 TASK_FOR_STATUS = {
     Status.WAITING_SOURCE: ("reconciliation.tasks.source_check", "source_check"),
-    Status.PREPARING_PROPOSAL: ("approvals.tasks.prepare_proposal", "prepare"),
+    Status.PREPARING_PROPOSAL: ("reconciliation.tasks.prepare_proposal", "prepare"),
     Status.READY: ("reconciliation.tasks.apply_case", "apply"),
     Status.HELD: ("reconciliation.tasks.reconcile_case", "reconcile"),
 }
@@ -35,13 +40,6 @@ def dispatch_due(*, now: dt.datetime | None = None, limit: int = 200, run=None) 
 
     ``run(func_path, case_id)`` replaces the django-q2 enqueue (``run_worker`` runs in-process).
     """
-    from reconciliation.restore import (
-        marker_advance,
-        recover_after_restore,
-        restore_detected,
-        restore_detected_at_source,
-    )
-
     why = restore_detected()
     claims_due = Case.objects.filter(status=Status.READY, next_check_at__lte=now or timezone.now())
     if not why and claims_due.exists():
@@ -64,7 +62,7 @@ def dispatch_due(*, now: dt.datetime | None = None, limit: int = 200, run=None) 
         if connection.vendor == "postgresql":
             due = due.select_for_update(skip_locked=True, of=("self",))
         for pk, status, next_check in due.values_list("pk", "status", "next_check_at")[:limit]:
-            func, kind = tasks[status]
+            func, kind = tasks[Status(status)]
             lease = dt.timedelta(seconds=settings.LEASES[kind]["lease_seconds"])
             # Compare-and-set: only the dispatcher that moves this due time enqueues.
             if Case.objects.filter(pk=pk, next_check_at=next_check).update(

@@ -1,0 +1,54 @@
+"""What approvals plugs into the kernel's extension points (``cases.extensions``).
+
+Registered once from ``ApprovalsConfig.ready``: the review queue (its admin list polls it), its
+line on the admin home, who may decide a case awaiting review, and the withdrawal of the open
+proposal when a person asks for the order to be read again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.urls import reverse
+
+from approvals.models import Proposal
+from approvals.selectors import eligible_approvers, review_queue_for
+from approvals.services import proposals_withdraw_open
+from cases import extensions
+from cases.extensions import Viewer
+from cases.models import Case
+
+
+def deciders_of(case: Case) -> Sequence[AbstractBaseUser] | None:
+    """The people who may decide the case's proposal awaiting review (never its preparer nor
+    an author of its intent), or None when no proposal awaits review."""
+    proposal = case.proposals.filter(status=Proposal.Status.AWAITING_REVIEW).first()
+    if proposal is None:
+        return None
+    return eligible_approvers(proposal)
+
+
+def _review_count(user: Viewer) -> int:
+    return review_queue_for(user).count()
+
+
+def _review_url() -> str:
+    return reverse("admin:approvals_proposal_changelist") + "?status=awaiting_review"
+
+
+def withdraw_before_new_evidence(case: Case, reason: str) -> None:
+    """The open proposal rests on the evidence about to be replaced: withdraw it and revoke
+    its approvals, in the caller's transaction (the case locked by the caller)."""
+    proposals_withdraw_open(case, reason)
+
+
+def register() -> None:
+    extensions.register_queue(
+        extensions.QueueSource("review", review_queue_for, case_lookup="case__")
+    )
+    extensions.register_tile(
+        extensions.DashboardTile("Proposals awaiting review", _review_count, _review_url, order=50)
+    )
+    extensions.register_deciders(deciders_of)
+    extensions.register_before_evidence_replaced(withdraw_before_new_evidence)

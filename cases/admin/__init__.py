@@ -1,0 +1,29 @@
+"""The support desk: find a case, see why it waits and who must answer, act through services.
+
+Every queryset is scoped to the user's teams (``cases.selectors``); every button calls a
+service; nothing is hard-deleted from here. This package holds no business rule and imports
+nothing of the apps built on the kernel: they add their inlines, forms, page context, the
+revoker behind "Delete" and account actions through :func:`case_admin_extend` (``extend``).
+
+- ``site``: the site's words; ``case``: the case page and the audit trail; ``views``: the case
+  page's panel and the views behind its buttons; ``forms``, ``filters``, ``inlines``;
+  ``accounts``: customer accounts; ``staff``: teams and absences; ``queues``: the work queues.
+"""
+
+from __future__ import annotations
+
+from cases.admin import accounts, case, queues, site, staff  # noqa: F401 - registers the admins
+from cases.admin.case import CaseAdmin
+from cases.admin.extend import CaseForm, CaseRevoker, case_admin_extend
+from cases.admin.inlines import ReadOnlyInline
+from cases.admin.views import change_url, person
+
+__all__ = [
+    "CaseAdmin",
+    "CaseForm",
+    "CaseRevoker",
+    "ReadOnlyInline",
+    "case_admin_extend",
+    "change_url",
+    "person",
+]

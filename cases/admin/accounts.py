@@ -1,0 +1,87 @@
+"""Customer accounts: the name and email change through ``services.account_update``, the flags
+only through audited services (the bulk actions: the kernel's own and those apps add)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+
+from cases import selectors, services
+from cases.admin.extend import EXTENSIONS
+from cases.admin.filters import PrintableBooleanFilter
+from cases.admin.forms import CustomerAccountForm
+from cases.admin.views import person
+from cases.exceptions import CaseError
+from cases.models import CustomerAccount
+
+
+@admin.register(CustomerAccount)
+class CustomerAccountAdmin(admin.ModelAdmin):
+    form = CustomerAccountForm
+    list_display = ["reference", "name", "team", "verified", "access_active"]
+    list_filter = [("verified", PrintableBooleanFilter), "access_active"]
+    search_fields = ["reference", "name"]
+    # The team, the reference (the order system's id) and the flags change only through
+    # audited services: the actions below; the name and email through ``account_update``.
+    readonly_fields = ["reference", "team", "verified", "access_active", "access_revoked_at"]
+
+    @property
+    def actions(self) -> list[Any]:  # type: ignore[override]
+        """The kernel's bulk action, then those the apps registered (``extend``)."""
+        return ["verify", *EXTENSIONS.account_actions]
+
+    def save_model(
+        self, request: HttpRequest, obj: CustomerAccount, form: Any, change: bool
+    ) -> None:
+        if not change:
+            super().save_model(request, obj, form, change)
+            return
+        data = form.cleaned_data
+        services.account_update(
+            account=obj,
+            actor=person(request),
+            reason=data.get("change_reason", ""),
+            name=data.get("name"),
+            email=data.get("email"),
+        )
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except CaseError as exc:
+            self.message_user(request, f"Nothing was changed: {exc.detail}", messages.ERROR)
+            return HttpResponseRedirect(request.path)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [
+            f for f in self.readonly_fields if obj is not None or f not in {"reference", "team"}
+        ]
+
+    @admin.action(description="Mark verified (their new cases start)")
+    def verify(self, request: HttpRequest, queryset: QuerySet[CustomerAccount]) -> None:
+        for account in queryset:
+            try:
+                moved = services.account_verify(account=account, actor=person(request))
+            except CaseError as exc:
+                self.message_user(request, f"{account.reference}: {exc.detail}", messages.ERROR)
+                continue
+            self.message_user(
+                request,
+                f"{account.reference}: verified; {moved} new case(s) started.",
+                messages.SUCCESS,
+            )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[CustomerAccount]:
+        return selectors.accounts_for(request.user)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -1,0 +1,348 @@
+"""The case page and the audit trail: find a case, see why it waits, act through services.
+
+Every queryset is scoped to the user's teams (``cases.selectors``); every button runs a case
+action (``cases.actions``) or posts a form to a view that calls one service; saving the page
+calls ``case_assign`` / ``case_update_followup``; nothing is hard-deleted: "Delete" revokes the
+case's authority through the revoker an app registered (``extend``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+
+from cases import selectors, services
+from cases.admin import views
+from cases.admin.extend import EXTENSIONS
+from cases.admin.filters import (
+    OverdueFilter,
+    OwnerFilter,
+    PrintableChoicesFilter,
+    PrintableValuesFilter,
+    ResponsibleNowFilter,
+    TeamFilter,
+)
+from cases.admin.forms import CaseChangeForm
+from cases.admin.inlines import AttemptInline, CancellationInline, CaseEventInline, EvidenceInline
+from cases.exceptions import CaseError
+from cases.models import Case, CaseEvent
+
+# The kernel's inlines and their positions on the case page; apps add theirs (``extend``).
+CASE_INLINES: list[tuple[int, type[admin.options.InlineModelAdmin[Any, Any]]]] = [
+    (30, AttemptInline),
+    (40, CancellationInline),
+    (50, EvidenceInline),
+    (60, CaseEventInline),
+]
+
+
+@admin.register(Case)
+class CaseAdmin(admin.ModelAdmin):
+    form = CaseChangeForm
+    change_form_template = "admin/cases/case/change_form.html"
+    list_display = [
+        "reference",
+        "status_badge",
+        "account",
+        "order_id",
+        "requested_date",
+        "owner",
+        "responsible_now_display",
+        "waiting_on",
+        "next_check_display",
+        "team",
+    ]
+    list_filter = [
+        ("status", PrintableChoicesFilter),
+        ("waiting_on", PrintableChoicesFilter),
+        OwnerFilter,
+        ResponsibleNowFilter,
+        OverdueFilter,
+        TeamFilter,
+    ]
+    search_fields = ["reference", "order_id", "account__reference", "account__name", "request_key"]
+    list_select_related = ["account", "team", "owner__staff_profile", "backup"]
+    readonly_fields = [
+        "reference",
+        "status",
+        "version",
+        "account",
+        "request_key",
+        "order_id",
+        "requested_date",
+        "note",
+        "team",
+        "waiting_on",
+        "waiting_reason",
+        "last_checked_order_version",
+        "last_error",
+        "created_at",
+        "updated_at",
+        "closed_at",
+        "retention_until",
+        "legal_hold",
+    ]
+    inlines = [inline for _, inline in CASE_INLINES]
+    actions = ["revoke_selected"]
+    delete_confirmation_template = "admin/cases/case/delete_confirmation.html"
+
+    def get_fieldsets(self, request: HttpRequest, obj: Case | None = None) -> Any:
+        editable = [
+            "owner",
+            "backup",
+            "outstanding_question",
+            "next_check_at",
+            "change_reason",
+            "expected_version",
+        ]
+        if not self.has_change_permission(request, obj):
+            editable = ["owner", "backup", "outstanding_question", "next_check_at"]
+        return [
+            (
+                "Request",
+                {
+                    "fields": [
+                        "reference",
+                        "account",
+                        "request_key",
+                        "order_id",
+                        "requested_date",
+                        "note",
+                        "team",
+                    ]
+                },
+            ),
+            ("Responsibility and follow-up", {"fields": editable}),
+            (
+                "State",
+                {
+                    "fields": [
+                        "status",
+                        "version",
+                        "waiting_on",
+                        "waiting_reason",
+                        "last_checked_order_version",
+                        "last_error",
+                        "created_at",
+                        "updated_at",
+                        "closed_at",
+                        "retention_until",
+                        "legal_hold",
+                    ]
+                },
+            ),
+        ]
+
+    # --- scoping and permissions ---------------------------------------------------------
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Case]:
+        return selectors.cases_for(request.user)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # cases come from intake (API or integration), never a blank form
+
+    def has_delete_permission(self, request: HttpRequest, obj: Case | None = None) -> bool:
+        # "Delete" is an authority revocation: the row stays (audit, retention) and the
+        # registered revoker settles every piece of unsettled work under it. Whether it is
+        # offered is the revoker's (the service's) answer, not this page's.
+        revoker = EXTENSIONS.revoker
+        return revoker is not None and revoker.offered(obj, request.user)
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # replaced by revoke_selected, which is honest
+        return actions
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        # Nothing is deleted: list the cases whose authority is revoked, protect nothing.
+        return (
+            [f"{case.reference}: authority revoked, unsettled work reconciled" for case in objs],
+            {"cases": len(objs)},
+            set(),
+            [],
+        )
+
+    def delete_model(self, request: HttpRequest, obj: Case) -> None:
+        self._revoke(request, [obj], "deleted")
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Case]) -> None:
+        self._revoke(request, list(queryset), "deleted")
+
+    def response_delete(self, request: HttpRequest, obj_display: str, obj_id: int) -> HttpResponse:
+        return HttpResponseRedirect(reverse("admin:cases_case_changelist"))
+
+    def _revoke(self, request: HttpRequest, cases: Sequence[Case], kind: str) -> None:
+        revoker = EXTENSIONS.revoker
+        if revoker is None:
+            raise PermissionDenied
+        for case in cases:
+            try:
+                text = revoker.run(
+                    case=case, actor=views.person(request), kind=kind, reason=f"{kind} in the admin"
+                )
+            except CaseError as exc:
+                self.message_user(request, f"{case.reference}: {exc.detail}", messages.ERROR)
+                continue
+            self.message_user(request, text, messages.WARNING)
+
+    @admin.action(
+        description="Delete selected cases (revoke authority, settle their work)",
+        permissions=["delete"],
+    )
+    def revoke_selected(self, request: HttpRequest, queryset: QuerySet[Case]) -> None:
+        self._revoke(request, list(queryset), "deleted")
+
+    def get_inlines(self, request: HttpRequest, obj: Case | None) -> list[Any]:
+        """The kernel's inlines and the apps' (``extend``), in the order of their positions."""
+        placed = sorted([*CASE_INLINES, *EXTENSIONS.inlines], key=lambda entry: entry[0])
+        return [inline for _, inline in placed]
+
+    def get_inline_instances(self, request: HttpRequest, obj: Case | None = None) -> list[Any]:
+        return super().get_inline_instances(request, obj) if obj else []
+
+    # --- list columns ----------------------------------------------------------------------
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, case: Case) -> str:
+        return format_html(
+            '<span class="hf-status hf-{}">{}</span>', case.status, case.get_status_display()
+        )
+
+    @admin.display(description="responsible now")
+    def responsible_now_display(self, case: Case) -> Any:
+        person = case.responsible_now
+        if person != case.owner:
+            return format_html("{} <small>(backup; owner away)</small>", person)
+        return person
+
+    @admin.display(description="next check", ordering="next_check_at")
+    def next_check_display(self, case: Case) -> str:
+        if case.next_check_at is None:
+            return "—"
+        text = timezone.localtime(case.next_check_at).strftime("%Y-%m-%d %H:%M")
+        if case.is_overdue:
+            return format_html('<strong class="hf-overdue">{} (overdue)</strong>', text)
+        return text
+
+    # --- saving goes through services ------------------------------------------------------
+    def save_model(self, request: HttpRequest, obj: Case, form: Any, change: bool) -> None:
+        data = form.cleaned_data
+        case = Case.objects.get(pk=obj.pk)
+        version = data["expected_version"]
+        reason = data.get("change_reason") or "Changed in the admin"
+        if {"owner", "backup"} & set(form.changed_data):
+            case = services.case_assign(
+                case=case,
+                expected_version=version,
+                owner=data["owner"],
+                backup=data.get("backup"),
+                reason=reason,
+                actor=views.person(request),
+            )
+            version = case.version
+        if {"outstanding_question", "next_check_at"} & set(form.changed_data):
+            services.case_update_followup(
+                case=case,
+                expected_version=version,
+                actor=views.person(request),
+                outstanding_question=data.get("outstanding_question", ""),
+                next_check_at=data.get("next_check_at"),
+                reason=reason,
+            )
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        """Inlines are read-only; nothing else is saved behind the services' back."""
+
+    def construct_change_message(
+        self, request: HttpRequest, form: Any, formsets: Any, add: bool = False
+    ) -> Any:
+        # The read-only inlines were never saved, so they have nothing to report.
+        return super().construct_change_message(request, form, [], add)
+
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except CaseError as exc:
+            self.message_user(request, exc.detail, messages.ERROR)
+            return HttpResponseRedirect(request.path)
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Case | None = None,
+    ) -> HttpResponse:
+        if obj is not None:
+            context.update(views.case_page_context(request, obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    # --- buttons and forms -------------------------------------------------------------------
+    def get_urls(self) -> list[URLPattern]:
+        action = self.admin_site.admin_view(self.action_view)
+        custom = [
+            path("<int:pk>/transition/<str:name>/", action, name="cases_case_transition"),
+            path("<int:pk>/do/<str:name>/", action, name="cases_case_action"),
+            *(
+                path(
+                    f"<int:pk>/{case_form.name}/",
+                    self.admin_site.admin_view(self.form_view),
+                    {"form_name": case_form.name},
+                    name=f"cases_case_{case_form.name}",
+                )
+                for case_form in views.case_forms()
+            ),
+        ]
+        return custom + super().get_urls()
+
+    def action_view(self, request: HttpRequest, pk: int, name: str) -> HttpResponse:
+        return views.action_view(self, request, pk, name)
+
+    def form_view(self, request: HttpRequest, pk: int, form_name: str) -> HttpResponse:
+        """The POST of a case-page form (``extend.CaseForm``): the case within the person's
+        teams (404 otherwise), then the form's own view."""
+        case_form = next(f for f in views.case_forms() if f.name == form_name)
+        return case_form.view(self, request, views.scoped_case(self, request, pk))
+
+
+@admin.register(CaseEvent)
+class CaseEventAdmin(admin.ModelAdmin):
+    list_display = [
+        "created_at",
+        "case",
+        "version",
+        "action",
+        "from_status",
+        "to_status",
+        "actor_label",
+        "reason",
+    ]
+    list_filter = [("action", PrintableValuesFilter)]
+    search_fields = ["case__reference", "reason", "actor_label"]
+    list_select_related = ["case"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[CaseEvent]:
+        return selectors.events_for(request.user).select_related("case")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

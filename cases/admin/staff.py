@@ -1,0 +1,104 @@
+"""Teams and people: who is away goes through ``services.staff_set_away`` (which checks who may
+say so); the lists are scoped to the user's teams."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import URLPattern, path, reverse
+
+from cases import selectors, services
+from cases.admin.forms import AbsenceForm
+from cases.admin.views import person
+from cases.exceptions import CaseError
+from cases.models import StaffProfile, Team
+
+User = get_user_model()
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ["name", "default_owner", "default_backup"]
+    filter_horizontal = ["members"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Team]:
+        return selectors.teams_for(request.user)
+
+
+@admin.register(StaffProfile)
+class StaffProfileAdmin(admin.ModelAdmin):
+    list_display = ["user", "away_until"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[StaffProfile]:
+        qs = super().get_queryset(request).select_related("user")
+        if request.user.is_superuser:
+            return qs
+        return qs.filter(user__holdfast_teams__in=selectors.teams_for(request.user)).distinct()
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return ["user"] if obj is not None else []
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "user":
+            kwargs["queryset"] = User.objects.filter(
+                holdfast_teams__in=selectors.teams_for(request.user)
+            ).distinct()
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request: HttpRequest, obj: StaffProfile, form: Any, change: bool) -> None:
+        try:
+            services.staff_set_away(user=obj.user, away_until=obj.away_until, actor=person(request))
+        except CaseError as exc:
+            raise PermissionDenied(exc.detail) from exc
+
+    def get_urls(self) -> list[URLPattern]:
+        return [
+            path(
+                "mark-away/",
+                self.admin_site.admin_view(self.mark_away_view),
+                name="cases_staffprofile_mark_away",
+            ),
+            *super().get_urls(),
+        ]
+
+    def mark_away_view(self, request: HttpRequest) -> HttpResponse:
+        """The home page's "Away and back" form: one service call, then back home."""
+        home = reverse("admin:index")
+        if request.method != "POST":
+            return HttpResponseRedirect(home)
+        form = AbsenceForm(request.POST, people=selectors.team_people(request.user))
+        if not form.is_valid():
+            errors = "; ".join(" ".join(map(str, v)) for v in form.errors.values())
+            self.message_user(request, f"Nothing was changed: {errors}", messages.ERROR)
+            return HttpResponseRedirect(home)
+        member = form.cleaned_data["user"]
+        back = request.POST.get("mark") == "back"
+        until = None if back else form.cleaned_data["away_until"]
+        if not back and until is None:
+            self.message_user(
+                request, "Nothing was changed: say until when they are away.", messages.ERROR
+            )
+            return HttpResponseRedirect(home)
+        try:
+            services.staff_set_away(user=member, away_until=until, actor=person(request))
+        except CaseError as exc:
+            self.message_user(request, f"Nothing was changed: {exc.detail}", messages.ERROR)
+            return HttpResponseRedirect(home)
+        name = member.get_full_name() or member.get_username()
+        if back:
+            text = f"{name} is back: their cases are theirs again."
+        else:
+            text = (
+                f"{name} is away until {until:%Y-%m-%d}: their cases fall to their named "
+                "backups (each case's timeline says so)."
+            )
+        self.message_user(request, text, messages.SUCCESS)
+        return HttpResponseRedirect(home)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

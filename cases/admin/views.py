@@ -1,0 +1,174 @@
+"""The case page's panel and the views behind its buttons and forms.
+
+What is offered comes from ``cases.actions.case_actions(case, person)`` only; each button's view
+looks the action object up and runs it with ``cases.actions.action_run``, which checks and calls
+one service. These views render a confirm page and the outcome; they decide nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from django.contrib import messages
+from django.contrib.admin import ModelAdmin
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import reverse
+
+from cases import services
+from cases.actions import CaseAction, action_run, case_actions, get_action
+from cases.admin.extend import EXTENSIONS, CaseForm
+from cases.admin.forms import ActionForm, EvidenceForm
+from cases.exceptions import CaseError
+from cases.models import Case
+from cases.next_action import describe_next_action
+
+
+def person(request: HttpRequest) -> User:
+    """The signed-in person: every view here is behind ``admin_site.admin_view``, which lets
+    only an active staff user through (never an anonymous one)."""
+    return cast(User, request.user)
+
+
+def scoped_case(model_admin: ModelAdmin[Case], request: HttpRequest, pk: int) -> Case:
+    """The case if it is within the person's teams (the admin's queryset); 404 otherwise."""
+    return get_object_or_404(model_admin.get_queryset(request), pk=pk)
+
+
+def change_url(case: Case) -> str:
+    return reverse("admin:cases_case_change", args=[case.pk])
+
+
+def case_page_context(request: HttpRequest, case: Case) -> dict[str, Any]:
+    """What the case page renders: the buttons and forms of the actions this person is offered
+    now, the next-action text, and what the apps built on the kernel add (``extend``)."""
+    actions = case_actions(case, request.user)
+    offered_forms = {a.form for a in actions if a.form}
+    buttons = [(action, _button(case, action)) for action in actions if not action.form]
+    context: dict[str, Any] = {
+        "next_action": describe_next_action(case, actor=request.user),
+        "case_actions": [button for _, button in buttons],
+        "case_transitions": [button for action, button in buttons if action.transition],
+        "case": case,
+        "live_url": reverse("live-case", args=[case.reference]),
+    }
+    for case_form in case_forms():
+        context[f"{case_form.name}_form"] = (
+            case_form.build(case) if case_form.name in offered_forms else None
+        )
+        context[f"{case_form.name}_url"] = reverse(
+            f"admin:cases_case_{case_form.name}", args=[case.pk]
+        )
+    for contribute in EXTENSIONS.context:
+        context.update(contribute(request, case))
+    return context
+
+
+def _button(case: Case, action: CaseAction) -> dict[str, Any]:
+    url_name = "cases_case_transition" if action.transition else "cases_case_action"
+    return {
+        "name": action.name,
+        "label": action.label_for(case),
+        "url": reverse(f"admin:{url_name}", args=[case.pk, action.name]),
+        # An action with a reason or a consequence to confirm opens its confirm page; the
+        # others are a button that posts at once.
+        "confirm": action.needs_reason or bool(action.confirm),
+        "danger": action.danger,
+    }
+
+
+def action_view(
+    model_admin: ModelAdmin[Case], request: HttpRequest, pk: int, name: str
+) -> HttpResponse:
+    """One case action: GET confirms what it will do (and asks why), POST runs it.
+
+    Every action is checked and executed by ``cases.actions.action_run``; this view only
+    renders its confirm page and the outcome.
+    """
+    action = get_action(name)
+    if action is None or action.execute is None:
+        raise Http404(f"No action {name!r}.")
+    case = scoped_case(model_admin, request, pk)
+    back = change_url(case)
+    if request.method != "POST":
+        return TemplateResponse(
+            request,
+            "admin/cases/case/transition_confirm.html",
+            {
+                **model_admin.admin_site.each_context(request),
+                "opts": model_admin.model._meta,
+                "case": case,
+                "name": name,
+                "label": action.label_for(case),
+                "consequence": action.confirm_for(case),
+                "confirm_label": action.confirm_label_for(case),
+                "danger": action.danger,
+                "form": ActionForm(
+                    initial={"expected_version": case.version},
+                    needs_reason=action.needs_reason,
+                ),
+                "title": f"{case.reference}: {action.label_for(case)}",
+            },
+        )
+    form = ActionForm(request.POST, needs_reason=action.needs_reason)
+    if not form.is_valid():
+        model_admin.message_user(
+            request,
+            "Nothing was done: "
+            + (
+                "give a reason for this action."
+                if "reason" in form.errors
+                else "the page was incomplete; reload it and try again."
+            ),
+            messages.ERROR,
+        )
+        return HttpResponseRedirect(back)
+    try:
+        message = action_run(
+            case=case,
+            name=name,
+            actor=person(request),
+            expected_version=form.cleaned_data["expected_version"],
+            reason=form.cleaned_data["reason"],
+        )
+    except CaseError as exc:
+        model_admin.message_user(request, f"Nothing was done: {exc.detail}", messages.ERROR)
+    else:
+        model_admin.message_user(request, message, messages.SUCCESS)
+    return HttpResponseRedirect(back)
+
+
+def evidence_view(model_admin: ModelAdmin[Case], request: HttpRequest, case: Case) -> HttpResponse:
+    """The "Record an evidence reference" form: one ``services.evidence_record`` call."""
+    back = change_url(case)
+    if request.method != "POST":
+        raise PermissionDenied
+    form = EvidenceForm(request.POST, prefix="evidence")
+    if not form.is_valid():
+        errors = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in form.errors.items())
+        model_admin.message_user(request, f"Evidence not recorded: {errors}", messages.ERROR)
+        return HttpResponseRedirect(back)
+    data = dict(form.cleaned_data)
+    version = data.pop("expected_version")
+    try:
+        services.evidence_record(case=case, expected_version=version, actor=person(request), **data)
+    except CaseError as exc:
+        model_admin.message_user(request, exc.detail, messages.ERROR)
+    else:
+        model_admin.message_user(request, "Evidence reference recorded.", messages.SUCCESS)
+    return HttpResponseRedirect(back)
+
+
+EVIDENCE_FORM = CaseForm(
+    name="evidence",
+    build=lambda case: EvidenceForm(initial={"expected_version": case.version}, prefix="evidence"),
+    view=evidence_view,
+)
+
+
+def case_forms() -> list[CaseForm]:
+    """The kernel's own case-page form, then those the apps registered."""
+    return [EVIDENCE_FORM, *(f for f in EXTENSIONS.forms.values() if f.name != "evidence")]

@@ -1,0 +1,166 @@
+"""The kernel's extension points: the few places apps built on it (approvals, reconciliation)
+plug in, so that nothing in ``cases`` imports them.
+
+Each registry is filled from the upper app's ``AppConfig.ready`` (the way ``cases.actions``
+and ``cases.services.UNSENT_DECISION_CHECKS`` are). Registering is idempotent: the same name or
+the same function registered twice is kept once. With an app not installed its contributions
+are simply missing; the kernel still works.
+
+What a contribution may do:
+
+- **Queue sources** and **dashboard tiles** only read. Their rows must be scoped to the user's
+  teams through the selectors (the team wall is theirs to keep); they never write.
+- **Dashboard panels** only read, and return HTML already escaped (``render_to_string``).
+- **The decider provider** only reads: who may decide what a case waits for.
+- **Before-evidence-replaced hooks** write. They run inside the caller's transaction, with the
+  case row locked by the caller's kernel step (``cases.kernel.case_step``), so what they write
+  commits or rolls back with the transition itself. A hook must not start work outside that
+  transaction (use ``transaction.on_commit`` for that), must not move the case's status and
+  must not swallow errors: an exception aborts the transition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.safestring import SafeString
+
+from cases import selectors
+from cases.models import Case, Status
+
+Viewer = AbstractBaseUser | AnonymousUser
+
+
+# --- queues: the lists an admin page shows and polls (``cases.live``) -------------------------
+
+
+@dataclass(frozen=True)
+class QueueSource:
+    """A named queue. ``rows(user)`` is what ``user`` sees in it, scoped to their teams.
+
+    ``case_lookup`` leads from a row to its case for the live digest's version and update
+    time: ``""`` when the rows are cases, ``"case__"`` when each row belongs to one.
+    """
+
+    name: str
+    rows: Callable[[Viewer], QuerySet[Any]]
+    case_lookup: str = ""
+
+
+QUEUE_SOURCES: dict[str, QueueSource] = {}
+
+
+def register_queue(source: QueueSource) -> QueueSource:
+    QUEUE_SOURCES[source.name] = source
+    return source
+
+
+def _cases_with_status(status: str) -> Callable[[Viewer], QuerySet[Case]]:
+    def rows(user: Viewer) -> QuerySet[Case]:
+        return selectors.cases_for(user).filter(status=status)
+
+    return rows
+
+
+# The kernel's own queues, first in the list.
+register_queue(QueueSource("held", _cases_with_status(Status.HELD)))
+register_queue(QueueSource("needs_attention", _cases_with_status(Status.NEEDS_ATTENTION)))
+
+
+# --- the admin home (``cases.templatetags.holdfast``) -----------------------------------------
+
+
+@dataclass(frozen=True)
+class DashboardTile:
+    """One line of "Needs a person": a label, how many for ``user``, and where they are listed.
+
+    ``url`` is called when the page renders (the URLconf is not loaded at ``ready``). Tiles
+    follow the kernel's own, in ``order``.
+    """
+
+    label: str
+    count: Callable[[Viewer], int]
+    url: Callable[[], str]
+    order: int = 100
+
+
+@dataclass(frozen=True)
+class DashboardPanel:
+    """A box of its own on the admin home, after the kernel's: a title and its HTML."""
+
+    title: str
+    render: Callable[[HttpRequest], SafeString]
+    order: int = 100
+
+
+DASHBOARD_TILES: dict[str, DashboardTile] = {}
+DASHBOARD_PANELS: dict[str, DashboardPanel] = {}
+
+
+def register_tile(tile: DashboardTile) -> DashboardTile:
+    DASHBOARD_TILES[tile.label] = tile
+    return tile
+
+
+def register_panel(panel: DashboardPanel) -> DashboardPanel:
+    DASHBOARD_PANELS[panel.title] = panel
+    return panel
+
+
+def dashboard_tiles() -> list[DashboardTile]:
+    return sorted(DASHBOARD_TILES.values(), key=lambda tile: (tile.order, tile.label))
+
+
+def dashboard_panels() -> list[DashboardPanel]:
+    return sorted(DASHBOARD_PANELS.values(), key=lambda panel: (panel.order, panel.title))
+
+
+# --- who may decide a case (``cases.next_action``) --------------------------------------------
+
+# Given a case, the people who may decide what it waits for, or None when it waits for no
+# decision the provider knows of. One provider (approvals: the proposal awaiting review).
+DeciderProvider = Callable[[Case], Sequence[AbstractBaseUser] | None]
+
+_deciders: list[DeciderProvider] = []
+
+
+def register_deciders(provider: DeciderProvider) -> DeciderProvider:
+    """Set the one provider of "who may decide this case" (a second call replaces it)."""
+    _deciders[:] = [provider]
+    return provider
+
+
+def case_deciders(case: Case) -> Sequence[AbstractBaseUser] | None:
+    """Who may decide ``case`` now, or None when nothing is awaiting a decision (or no
+    provider is registered)."""
+    if not _deciders:
+        return None
+    return _deciders[0](case)
+
+
+# --- before the evidence is replaced (``cases.services.case_transition``) -------------------
+
+# Called as ``hook(case, reason)`` when a person asks for the order to be read again, before
+# the case moves: whatever rests on the evidence about to be replaced is withdrawn (approvals:
+# the open proposal and its approvals). Runs in the caller's transaction, the case locked.
+BeforeEvidenceReplaced = Callable[[Case, str], object]
+
+BEFORE_EVIDENCE_REPLACED: list[BeforeEvidenceReplaced] = []
+
+
+def register_before_evidence_replaced(hook: BeforeEvidenceReplaced) -> BeforeEvidenceReplaced:
+    if hook not in BEFORE_EVIDENCE_REPLACED:
+        BEFORE_EVIDENCE_REPLACED.append(hook)
+    return hook
+
+
+def before_evidence_replaced(case: Case, reason: str) -> None:
+    """Run the registered hooks, in registration order, for the locked ``case``."""
+    for hook in BEFORE_EVIDENCE_REPLACED:
+        hook(case, reason)

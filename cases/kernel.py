@@ -1,0 +1,319 @@
+"""The case kernel's one write path: lock -> check -> transition -> bump -> audit.
+
+Every change to a case, in any app, is one *step* built from the pieces here:
+
+1. ``transaction.atomic()`` is opened and the case row is re-read under ``SELECT ... FOR
+   UPDATE`` (:func:`lock_case`); :func:`case_step` does both.
+2. The actor's permission on the case's team (:func:`require`) and the version the caller saw
+   (:func:`check_version`) are checked under that lock; django-fsm-2 does not enforce a
+   transition's ``permission=``, so it is checked here explicitly.
+3. The state change is made: a transition (:func:`apply_transition`) or plain fields.
+4. ``version`` is bumped and the changed fields are saved (:func:`bump_and_save`).
+5. Exactly one ``CaseEvent`` is written for the new version (:func:`record_event`;
+   :func:`record_fact` does 4 and 5 for a fact that changes no field).
+
+The invariants every step keeps:
+
+- *One event per version bump.* Each ``bump_and_save`` is followed, in the same transaction,
+  by exactly one ``record_event``; every event names the version it produced, so the timeline
+  and the version counter never disagree.
+- *The row lock is held while the hash chain's head is read.* ``record_event`` reads the last
+  event's hash and inserts the next link; only the case row lock (taken by ``lock_case``)
+  makes those two one step (``cases/audit.py``).
+- *Follow-up work is scheduled on commit.* Tasks are queued with
+  ``cases.scheduling.enqueue_on_commit`` (``transaction.on_commit``), never run inside the
+  step, so a rolled-back step leaves no work behind.
+
+This module imports only the kernel's lower modules (models, exceptions, fencing, scheduling,
+validation, audit) and Django: services, actions and the apps above build on it. What the
+kernel cannot know itself (which transitions an actor may take now, for a 409's ``allowed``)
+is plugged in from above through :func:`set_allowed_now`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import os
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Final
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+from django_fsm import can_proceed
+
+from cases.audit import event_hash
+from cases.codes import Action
+from cases.exceptions import ActionNotPermitted, TransitionRejected, VersionConflict
+from cases.models import TERMINAL_STATUSES, Case, CaseEvent, WaitingOn
+
+# --- actors -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Worker:
+    """A non-human actor: a background worker or the system itself. Workers act for the
+    system: they pass every permission check, and their label is what the audit records."""
+
+    label: str
+
+    @classmethod
+    def current(cls, kind: str = "worker") -> Worker:
+        return cls(f"{kind}:{socket.gethostname()}:{os.getpid()}")
+
+
+SYSTEM: Final = Worker("system")
+
+# A person (``auth.User``: the project keeps Django's user model, no AUTH_USER_MODEL) or a
+# worker.
+Actor = User | Worker
+
+
+def actor_label(actor: Actor) -> str:
+    """The name the audit records for ``actor``."""
+    return actor.label if isinstance(actor, Worker) else actor.get_username()
+
+
+def user_or_none(actor: Actor) -> User | None:
+    """The person behind ``actor`` (for foreign keys to the user), or None for a worker."""
+    return None if isinstance(actor, Worker) else actor
+
+
+def actor_may(actor: Actor, perm: str | None, case: Case) -> bool:
+    """Workers act for the system; people need to be active, hold ``perm`` (if given) and be
+    members of the case's team (superusers pass)."""
+    if isinstance(actor, Worker):
+        return True
+    if not actor.is_active:
+        return False
+    if actor.is_superuser:
+        return True
+    if perm and not actor.has_perm(perm):
+        return False
+    return case.team.members.filter(pk=actor.pk).exists()
+
+
+def require(actor: Actor, perm: str | None, case: Case, what: str) -> None:
+    """Refuse with ``ActionNotPermitted`` unless :func:`actor_may`; ``what`` completes the
+    sentence "<actor> may not <what> on <case>"."""
+    if not actor_may(actor, perm, case):
+        raise ActionNotPermitted(f"{actor_label(actor)} may not {what} on {case.reference}.")
+
+
+def check_version(case: Case, expected_version: int | None) -> None:
+    """Refuse with ``VersionConflict`` when the caller saw another version than the case has
+    now (``None``: the caller did not see one, e.g. a worker; nothing is checked)."""
+    if expected_version is not None and case.version != expected_version:
+        raise VersionConflict(expected=expected_version, current=case.version)
+
+
+# --- the step ---------------------------------------------------------------------------------
+
+
+def lock_case(case_or_pk: Case | int) -> Case:
+    """Re-read the case under a row lock (PostgreSQL); call inside ``transaction.atomic``."""
+    pk = case_or_pk.pk if isinstance(case_or_pk, Case) else case_or_pk
+    return (
+        Case.objects.select_for_update(of=("self",))
+        .select_related("account", "team", "owner__staff_profile", "backup")
+        .get(pk=pk)
+    )
+
+
+@contextmanager
+def case_step(
+    case_or_pk: Case | int,
+    *,
+    actor: Actor,
+    permission: str | None = None,
+    what: str = "",
+    expected_version: int | None = None,
+) -> Iterator[Case]:
+    """Open a transaction, lock the case row, check ``permission`` (if given; ``what`` names
+    the action in the refusal) and ``expected_version``, and yield the locked case.
+
+    The body makes its change with :func:`apply_transition` / :func:`bump_and_save` +
+    :func:`record_event`; it commits when the block ends, and an exception rolls all of it
+    back. A check that must come after a look at the locked case (an idempotent no-op that
+    ignores the version seen) is left out here and made in the body.
+    """
+    with transaction.atomic():
+        case = lock_case(case_or_pk)
+        if permission is not None:
+            require(actor, permission, case, what)
+        check_version(case, expected_version)
+        yield case
+
+
+def bump_and_save(case: Case, fields: list[str]) -> None:
+    """Move the case to its next version and save ``fields`` with it. The caller holds the
+    row lock and writes exactly one event for the new version next (:func:`record_event`)."""
+    case.version += 1
+    case.save(update_fields=sorted({*fields, "version", "updated_at"}))
+
+
+def record_event(
+    *,
+    case: Case,
+    action: Action,
+    actor: Actor,
+    reason: str = "",
+    from_status: str = "",
+    to_status: str = "",
+    detail: dict[str, Any] | None = None,
+) -> CaseEvent:
+    """Append one audit event for the version the case has now, linked into the case's hash
+    chain (``cases/audit.py``). The caller holds the case's row lock: that lock is what makes
+    reading the chain's head and inserting the next link one step.
+
+    ``action`` must be a registered code (``cases.codes.Action``): ``Action(action)`` raises
+    ``ValueError`` for any other string before anything is written. The plain stored string
+    is what gets saved and hashed, so the chain is the same as before the registry existed."""
+    code = Action(action).value
+    user = user_or_none(actor)
+    fields: dict[str, Any] = {
+        "action": code,
+        "from_status": from_status,
+        "to_status": to_status,
+        "reason": reason,
+        "actor_label": actor_label(actor),
+        "version": case.version,
+        "detail": detail or {},
+        "created_at": timezone.now(),
+    }
+    head = CaseEvent.objects.filter(case_id=case.pk).order_by("-id").values_list("hash", flat=True)
+    prev_hash = head.first() or ""
+    return CaseEvent.objects.create(
+        case=case,
+        actor=user,
+        prev_hash=prev_hash,
+        hash=event_hash(
+            case_id=case.pk, actor_id=getattr(user, "pk", None), prev_hash=prev_hash, **fields
+        ),
+        **fields,
+    )
+
+
+def record_fact(*, case: Case, action: Action, **event: Any) -> CaseEvent:
+    """A fact about the case that is not a status change: it still produces a new version, so
+    every event names the version it produced. An unregistered ``action`` is refused before the
+    version moves."""
+    Action(action)  # raises for an unregistered code
+    bump_and_save(case, [])
+    return record_event(case=case, action=action, **event)
+
+
+# --- transitions ------------------------------------------------------------------------------
+
+
+class Keep(enum.Enum):
+    """The type of :data:`KEEP`: "leave this field as it is" where ``None`` means "clear it"."""
+
+    KEEP = "keep"
+
+
+KEEP: Final = Keep.KEEP
+
+# What each transition means for who must answer next. Services may override per call.
+WAITING_AFTER: dict[str, tuple[str, str]] = {
+    "request_source_check": (WaitingOn.ORDER_SYSTEM, "Reading the order from the order system"),
+    "source_checked": (WaitingOn.WORKER, "Preparing a proposal from current evidence"),
+    "source_changed": (WaitingOn.ORDER_SYSTEM, "The order changed; reading it again"),
+    "submit_for_review": (WaitingOn.APPROVERS, "A proposal waits for an approver's decision"),
+    "approve": (WaitingOn.WORKER, "Approved; queued for an authorized worker"),
+    "reject": (WaitingOn.OWNER, "The proposal was rejected; prepare another"),
+    "revise": (WaitingOn.OWNER, "The intended change changed; a new proposal is needed"),
+    "approval_expired": (WaitingOn.APPROVERS, "The approval expired; a fresh decision is needed"),
+    "claim": (WaitingOn.WORKER, "A worker is applying the change"),
+    "retry_later": (WaitingOn.ORDER_SYSTEM, "The order system was unavailable; retrying later"),
+    "hold": (WaitingOn.OWNER, "The outcome is unknown; reconcile from evidence"),
+    "hold_for_recovery": (WaitingOn.OWNER, "Restored from backup: reconcile first"),
+    "complete": (WaitingOn.NOBODY, ""),
+    "settle_absent": (WaitingOn.WORKER, "Proven not applied; queued to apply again"),
+    "resume_steps": (WaitingOn.WORKER, "Proven applied; the steps after apply resume"),
+    "reopen_for_reversal": (WaitingOn.OWNER, "Reversal proposed: it needs its own approval"),
+    "settle_cancelled": (WaitingOn.NOBODY, ""),
+    "settle_stopped": (WaitingOn.NOBODY, ""),
+    "escalate": (WaitingOn.OWNER, "Needs a person's decision"),
+    "requeue": (WaitingOn.WORKER, "Back in the apply queue; every guard is checked again"),
+    "cancel": (WaitingOn.NOBODY, ""),
+    "stop": (WaitingOn.NOBODY, ""),
+}
+
+AllowedNow = Callable[[Case, Actor | None], list[str]]
+
+# Installed by ``cases.actions`` (at import, from ``CasesConfig.ready``): the manual
+# transitions an actor may take now. The kernel only uses it to fill a 409's ``allowed``.
+_allowed_now: AllowedNow | None = None
+
+
+def set_allowed_now(hook: AllowedNow) -> None:
+    """Install the function that lists the manual transitions permitted now (for an actor)."""
+    global _allowed_now
+    _allowed_now = hook
+
+
+def allowed_now(case: Case, actor: Actor | None = None) -> list[str]:
+    """The manual transitions permitted on ``case`` now (for ``actor`` if given), as the
+    installed hook lists them; none before a hook is installed."""
+    return _allowed_now(case, actor) if _allowed_now is not None else []
+
+
+def apply_transition(
+    case: Case,
+    name: str,
+    *,
+    actor: Actor,
+    reason: str,
+    detail: dict[str, Any] | None = None,
+    waiting: tuple[str, str] | None = None,
+    next_check_at: dt.datetime | None | Keep = KEEP,
+    **changes: Any,
+) -> CaseEvent:
+    """Run transition ``name`` on a case locked by the caller, bump its version, save it and
+    write its one event; refuse with ``TransitionRejected`` (listing what is allowed now) when
+    the transition's guards do not hold.
+
+    ``changes`` are extra field values saved with the transition; ``next_check_at=KEEP`` (the
+    default) leaves the follow-up time alone, ``None`` clears it. A terminal status closes the
+    case: its closing time and retention date are set and its follow-up is cleared.
+    """
+    method = getattr(case, name)
+    if not can_proceed(method):
+        raise TransitionRejected(
+            f"{case.reference} is {case.get_status_display().lower()}: "
+            f"'{name}' is not allowed now.",
+            allowed=allowed_now(case, actor),
+        )
+    from_status = case.status
+    method()
+    waiting_on, waiting_reason = waiting or WAITING_AFTER.get(name, (WaitingOn.NOBODY, ""))
+    case.waiting_on, case.waiting_reason = waiting_on, waiting_reason[:200]
+    fields = ["status", "waiting_on", "waiting_reason", *changes]
+    for field, value in changes.items():
+        setattr(case, field, value)
+    if not isinstance(next_check_at, Keep):
+        case.next_check_at = next_check_at
+        fields.append("next_check_at")
+    if case.status in TERMINAL_STATUSES:
+        case.closed_at = timezone.now()
+        case.retention_until = timezone.localdate() + dt.timedelta(
+            days=settings.CASE_RETENTION_DAYS
+        )
+        case.next_check_at = None
+        fields += ["closed_at", "retention_until", "next_check_at"]
+    bump_and_save(case, fields)
+    return record_event(
+        case=case,
+        action=Action.CASE_TRANSITIONED,
+        actor=actor,
+        reason=reason,
+        from_status=from_status,
+        to_status=case.status,
+        detail={"transition": name, **(detail or {})},
+    )

@@ -1,0 +1,25 @@
+"""What reconciliation plugs into the kernel's extension points (``cases.extensions``).
+
+Registered once from ``ReconciliationConfig.ready``: the order system's autonomy badge on the
+admin home.
+"""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+from django.template.loader import render_to_string
+from django.utils.safestring import SafeString
+
+from cases import extensions
+from reconciliation.selectors import current_autonomy
+
+
+def autonomy_panel(request: HttpRequest) -> SafeString:
+    """The badge of what workers may do against the configured order system (read only)."""
+    return render_to_string(
+        "reconciliation/autonomy_badge.html", {"autonomy_status": current_autonomy()}
+    )
+
+
+def register() -> None:
+    extensions.register_panel(extensions.DashboardPanel("Order system autonomy", autonomy_panel))

@@ -1,0 +1,98 @@
+"""The kernel's step (``cases.kernel``): lock, check, change, bump, audit, as one transaction."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from cases.exceptions import ActionNotPermitted, TransitionRejected, VersionConflict
+from cases.kernel import (
+    KEEP,
+    SYSTEM,
+    allowed_now,
+    apply_transition,
+    case_step,
+    record_fact,
+)
+from cases.models import Case, CaseEvent, Status
+from cases.services import case_update_followup
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_step_yields_the_locked_case_and_commits_one_event_per_bump(case, lead):
+    with case_step(
+        case.pk,
+        actor=lead,
+        permission="cases.work_case",
+        what="note a fact",
+        expected_version=case.version,
+    ) as locked:
+        assert isinstance(locked, Case)
+        assert locked.pk == case.pk
+        record_fact(case=locked, action="cases.case.followup_updated", actor=lead, reason="x")
+
+    fresh = Case.objects.get(pk=case.pk)
+    assert fresh.version == case.version + 1
+    assert CaseEvent.objects.filter(case=case).latest("id").version == fresh.version
+
+
+def test_a_stale_version_is_refused_before_the_body_runs(case, lead):
+    ran = []
+    with (
+        pytest.raises(VersionConflict),
+        case_step(case, actor=lead, expected_version=case.version - 1),
+    ):
+        ran.append(True)
+    assert ran == []
+
+
+def test_a_missing_permission_is_refused_and_names_the_action(case, auditor):
+    with (
+        pytest.raises(ActionNotPermitted, match=f"may not reassign the case on {case.reference}"),
+        case_step(case, actor=auditor, permission="cases.lead_case", what="reassign the case"),
+    ):
+        pass
+
+
+def test_an_error_in_the_body_rolls_the_whole_step_back(case, lead):
+    events = CaseEvent.objects.filter(case=case).count()
+
+    def step_that_fails() -> None:
+        with case_step(case, actor=lead, permission="cases.work_case") as locked:
+            record_fact(case=locked, action="cases.case.followup_updated", actor=lead)
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        step_that_fails()
+    assert Case.objects.get(pk=case.pk).version == case.version
+    assert CaseEvent.objects.filter(case=case).count() == events
+
+
+def test_keep_leaves_the_follow_up_time_and_none_clears_it(case, lead):
+    when = timezone.now() + dt.timedelta(days=2)
+    case = case_update_followup(
+        case=case, expected_version=case.version, actor=lead, next_check_at=when
+    )
+    case = case_update_followup(
+        case=case,
+        expected_version=case.version,
+        actor=lead,
+        outstanding_question="Which slot?",
+        next_check_at=KEEP,
+    )
+    assert Case.objects.get(pk=case.pk).next_check_at == when
+    case = case_update_followup(
+        case=case, expected_version=case.version, actor=lead, next_check_at=None
+    )
+    assert Case.objects.get(pk=case.pk).next_check_at is None
+
+
+def test_a_refused_transition_lists_what_the_installed_hook_allows(case, lead):
+    assert case.status == Status.WAITING_SOURCE
+    with case_step(case, actor=SYSTEM) as locked, pytest.raises(TransitionRejected) as refused:
+        apply_transition(locked, "complete", actor=lead, reason="not now")
+    assert refused.value.allowed == allowed_now(case, lead)
+    assert "cancel" in refused.value.allowed
