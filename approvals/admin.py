@@ -118,6 +118,8 @@ class ProposalAdmin(admin.ModelAdmin):
     list_filter = [StatusFilter]
     search_fields = ["case__reference", "order_id", "operation__key"]
     ordering = ["submitted_at", "pk"]
+    # The page counts its filtered rows once; no second COUNT(*) over every visible proposal.
+    show_full_result_count = False
     readonly_fields = fields = (
         "case",
         "order_id",

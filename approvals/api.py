@@ -38,6 +38,18 @@ class ProposalViewSet(
             qs = qs.filter(status=status)
         return qs.order_by("submitted_at", "pk")
 
+    def get_serializer(self, *args, **kwargs):
+        """A proposal serializer for an instance or a page of them, with the selectors'
+        answers for those rows (``decisions``) read once for the whole page: the caller's teams
+        and the page's approvers in a constant number of queries, however many rows."""
+        if args and "context" not in kwargs:
+            rows = list(args[0]) if kwargs.get("many") else [args[0]]
+            kwargs["context"] = {
+                **self.get_serializer_context(),
+                "decisions": selectors.decision_answers(rows, self.request.user),
+            }
+        return super().get_serializer(*args, **kwargs)
+
     def get_object(self):
         try:
             return self.get_queryset().get(pk=self.kwargs["pk"])

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+from django.contrib.auth.models import Permission, User
 from django.db.models import Q, QuerySet
 
 from approvals.models import Approval, Operation, Proposal, ProposalAuthor
-from cases.models import EvidenceReference
-from cases.selectors import cases_for
+from cases.kernel import actor_may, actor_team_ids
+from cases.models import EvidenceReference, Team
+from cases.selectors import scoped_to_teams
 
 
 def proposals_for(user) -> QuerySet[Proposal]:
-    return Proposal.objects.filter(case__in=cases_for(user).values("pk")).select_related(
-        "case", "operation", "prepared_by"
+    """Proposals of the user's teams' cases (``cases.selectors.scoped_to_teams``: a join, so a
+    queue page counts with no subquery over cases), with what each row shows."""
+    return scoped_to_teams(Proposal.objects.all(), user, case="case").select_related(
+        "case__team", "operation", "prepared_by"
     )
 
 
@@ -27,11 +32,11 @@ def review_queue_for(user) -> QuerySet[Proposal]:
 
 
 def approvals_for(user) -> QuerySet[Approval]:
-    return Approval.objects.filter(proposal__case__in=cases_for(user).values("pk"))
+    return scoped_to_teams(Approval.objects.all(), user, case="proposal__case")
 
 
 def operations_for(user) -> QuerySet[Operation]:
-    return Operation.objects.filter(case__in=cases_for(user).values("pk"))
+    return scoped_to_teams(Operation.objects.all(), user, case="case")
 
 
 def author_roles_of(proposal: Proposal, user) -> list[str]:
@@ -64,19 +69,40 @@ def own_proposal_reason(roles: list[str], *, case_label: str, proposal_label: st
     return "You " + " and ".join(phrases)
 
 
-def why_cannot_decide(proposal: Proposal, user) -> str:
-    """Plain words for why ``user`` gets no Approve/Reject buttons, or '' if they may decide."""
-    from cases.kernel import actor_may
+def why_cannot_decide(proposal: Proposal, user, *, team_ids: Collection[int] | None = None) -> str:
+    """Plain words for why ``user`` gets no Approve/Reject buttons, or '' if they may decide.
 
+    ``team_ids`` (``cases.kernel.actor_team_ids``) spares a page of rows one membership query
+    per row; the answer is the same (``cases.kernel.actor_may``).
+    """
     if proposal.status != Proposal.Status.AWAITING_REVIEW:
         return f"This proposal is {proposal.get_status_display().lower()}; nothing to decide."
     roles = author_roles_of(proposal, user)
     if roles:
         reason = own_proposal_reason(roles, case_label="this case", proposal_label="this proposal")
         return f"{reason}; another approver of the team must decide it."
-    if not actor_may(user, "approvals.approve_proposal", proposal.case):
+    if not actor_may(user, "approvals.approve_proposal", proposal.case, team_ids=team_ids):
         return "Only the team's approvers decide proposals."
     return ""
+
+
+def _approvers() -> QuerySet[User]:
+    """Active people who hold the approve permission (directly, through a group, or as a
+    superuser); which team's, and which proposal's authors, the callers narrow."""
+    approve = Permission.objects.filter(
+        content_type__app_label="approvals", codename="approve_proposal"
+    )
+    return User.objects.filter(is_active=True).filter(
+        Q(is_superuser=True) | Q(user_permissions__in=approve) | Q(groups__permissions__in=approve)
+    )
+
+
+def _not_an_author(person: User, proposal: Proposal) -> bool:
+    """Four eyes: nobody who authored the proposal's intent or prepared it (prefetched
+    ``authors`` are used when present)."""
+    if person.pk == proposal.prepared_by_id:
+        return False
+    return all(author.user_id != person.pk for author in proposal.authors.all())
 
 
 def eligible_approvers(proposal: Proposal) -> list:
@@ -85,19 +111,8 @@ def eligible_approvers(proposal: Proposal) -> list:
     authors (``ProposalAuthor``) or its preparer. The same rule as ``cases.kernel.actor_may``
     and ``approvals.services._decidable``, in one query.
     """
-    approve = Permission.objects.filter(
-        content_type__app_label="approvals", codename="approve_proposal"
-    )
     people = (
-        get_user_model()
-        .objects.filter(holdfast_teams__cases=proposal.case_id, is_active=True)
-        .filter(
-            Q(is_superuser=True)
-            | Q(user_permissions__in=approve)
-            | Q(groups__permissions__in=approve)
-        )
-        .distinct()
-        .order_by("username")
+        _approvers().filter(holdfast_teams__cases=proposal.case_id).distinct().order_by("username")
     )
     people = people.exclude(
         pk__in=ProposalAuthor.objects.filter(proposal=proposal.pk).values("user_id")
@@ -105,6 +120,59 @@ def eligible_approvers(proposal: Proposal) -> list:
     if proposal.prepared_by_id is not None:
         people = people.exclude(pk=proposal.prepared_by_id)
     return list(people)
+
+
+@dataclass(frozen=True)
+class DecisionAnswer:
+    """What a queue row says about deciding a proposal, for one caller: ``why_not`` (''
+    when they may decide, :func:`why_cannot_decide`) and ``deciders``' usernames (who may
+    decide it while it awaits review, :func:`eligible_approvers`; empty otherwise)."""
+
+    why_not: str
+    deciders: list[str]
+
+    @property
+    def can_decide(self) -> bool:
+        return not self.why_not
+
+
+def decision_answers(proposals: Iterable[Proposal], user) -> dict[int, DecisionAnswer]:
+    """:class:`DecisionAnswer` per proposal pk, for a page of proposals, in a constant number
+    of queries: the caller's teams once, the approvers of the page's teams once, and the
+    proposals' ``authors`` (prefetch them, with ``case`` selected, to read nothing per row).
+
+    The rules are :func:`why_cannot_decide` and :func:`eligible_approvers`' own: the same
+    approvers (``_approvers``: active, approve permission, member of the case's team), never
+    an author or the preparer.
+    """
+    rows = list(proposals)
+    team_ids = actor_team_ids(user) if getattr(user, "is_authenticated", False) else None
+    awaiting = [p for p in rows if p.status == Proposal.Status.AWAITING_REVIEW]
+    by_team: dict[int, list[User]] = {}
+    if awaiting:
+        members = (
+            Team.members.through.objects.filter(
+                team_id__in={p.case.team_id for p in awaiting},
+                user__in=_approvers().values("pk"),
+            )
+            .select_related("user")
+            .order_by("user__username")
+        )
+        for membership in members:
+            by_team.setdefault(membership.team_id, []).append(membership.user)
+    return {
+        proposal.pk: DecisionAnswer(
+            why_not=why_cannot_decide(proposal, user, team_ids=team_ids),
+            deciders=[
+                person.get_username()
+                for person in by_team.get(proposal.case.team_id, [])
+                if _not_an_author(person, proposal)
+            ]
+            if proposal.status == Proposal.Status.AWAITING_REVIEW
+            else [],
+        )
+        for proposal in rows
+    }
 
 
 def authors_of(proposal: Proposal) -> list[ProposalAuthor]:

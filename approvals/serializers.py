@@ -4,7 +4,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from approvals.models import Approval, Proposal, ProposalAuthor
-from approvals.selectors import eligible_approvers, why_cannot_decide
+from approvals.selectors import DecisionAnswer, decision_answers
 from approvals.services import approval_expiry_bounds
 from cases.validation import REASON_MAX_LENGTH, TextValidator
 
@@ -82,22 +82,29 @@ class ProposalSerializer(serializers.ModelSerializer):
     def get_would_expire_at(self, proposal) -> str:
         return approval_expiry_bounds()[0].replace(microsecond=0).isoformat()
 
+    def _answer(self, proposal: Proposal) -> DecisionAnswer:
+        """The selectors' answer for this row: the view passes a page's answers in the context
+        (``decisions``, from ``approvals.selectors.decision_answers``); a serializer used
+        without them asks the selector for this one proposal. Nothing is decided here."""
+        answers = self.context.get("decisions") or {}
+        if proposal.pk not in answers:
+            answers = decision_answers([proposal], self.context["request"].user)
+        return answers[proposal.pk]
+
     def get_can_decide(self, proposal) -> bool:
-        return not why_cannot_decide(proposal, self.context["request"].user)
+        return self._answer(proposal).can_decide
 
     def get_may_decide(self, proposal) -> bool:
         """Whether the caller may approve or reject this proposal now (``can_decide``)."""
-        return self.get_can_decide(proposal)
+        return self._answer(proposal).can_decide
 
     def get_why_not(self, proposal) -> str:
-        return why_cannot_decide(proposal, self.context["request"].user)
+        return self._answer(proposal).why_not
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_deciders(self, proposal) -> list[str]:
         """Usernames of the people who may decide it while it awaits review (never an author)."""
-        if proposal.status != Proposal.Status.AWAITING_REVIEW:
-            return []
-        return [person.get_username() for person in eligible_approvers(proposal)]
+        return self._answer(proposal).deciders
 
 
 class ApproveSerializer(serializers.Serializer):

@@ -363,8 +363,7 @@ def proposal_prepare_by_hand(
 
 
 def proposal_submit(*, proposal: Proposal, actor: Actor) -> Proposal:
-    with transaction.atomic():
-        case = lock_case(proposal.case_id)
+    with case_step(proposal.case_id, actor=actor) as case:
         proposal = Proposal.objects.select_for_update().get(pk=proposal.pk)
         if proposal.status != Proposal.Status.DRAFT or case.status != Status.PREPARING_PROPOSAL:
             raise ProposalNotCurrent(f"Proposal #{proposal.pk} cannot be submitted now.")

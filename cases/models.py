@@ -13,8 +13,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Upper
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
@@ -94,6 +96,13 @@ class CustomerAccount(models.Model):
 
     class Meta:
         ordering = ["reference"]
+        indexes = [
+            # The desk's search (``icontains``) by account reference: PostgreSQL only
+            # (migration 0012 builds it concurrently; other databases skip it).
+            GinIndex(
+                OpClass(Upper("reference"), name="gin_trgm_ops"), name="account_reference_trgm"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.reference} {self.name}"
@@ -251,6 +260,12 @@ class Case(FSMModelMixin, models.Model):
                 condition=Q(backup__isnull=True) | ~Q(backup=models.F("owner")),
                 name="case_backup_is_not_owner",
             ),
+        ]
+        indexes = [
+            # The desk's search (``icontains``) by case reference and order id: PostgreSQL only
+            # (migration 0012 builds them concurrently; other databases skip them).
+            GinIndex(OpClass(Upper("reference"), name="gin_trgm_ops"), name="case_reference_trgm"),
+            GinIndex(OpClass(Upper("order_id"), name="gin_trgm_ops"), name="case_order_id_trgm"),
         ]
         permissions = [
             ("work_case", "Can work a case (check source, escalate, cancel)"),

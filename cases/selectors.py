@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 
@@ -18,6 +20,8 @@ from cases.models import (
 
 User = get_user_model()
 
+_Rows = TypeVar("_Rows", bound=QuerySet[Any])
+
 
 def teams_for(user) -> QuerySet[Team]:
     if user is None or not user.is_authenticated:
@@ -27,14 +31,27 @@ def teams_for(user) -> QuerySet[Team]:
     return Team.objects.filter(members=user)
 
 
-def cases_for(user) -> CaseQuerySet:
-    """Cases the user may see: those of their teams (all of them for a superuser)."""
+def scoped_to_teams(qs: _Rows, user, *, case: str) -> _Rows:
+    """``qs`` narrowed to the rows whose case (reached by the relation path ``case``; ``""``
+    for cases themselves) the user may see: a case of one of their teams, any case for a
+    superuser, none for an anonymous caller. This is the one team-scoping rule.
+
+    It is a join on the user's team membership, not ``IN (SELECT … FROM cases)``, so a list
+    page's count and rows are one plain join. A case has one team and a person is a member of a
+    team once, so the join never repeats a row.
+    """
     if user is None or not user.is_authenticated:
-        return Case.objects.none()
-    qs = Case.objects.select_related("account", "team", "owner__staff_profile", "backup")
+        return qs.none()
     if user.is_superuser:
         return qs
-    return qs.filter(team__members=user)
+    prefix = f"{case}__" if case else ""
+    return qs.filter(**{f"{prefix}team__members": user})
+
+
+def cases_for(user) -> CaseQuerySet:
+    """Cases the user may see: those of their teams (all of them for a superuser)."""
+    qs = Case.objects.select_related("account", "team", "owner__staff_profile", "backup")
+    return scoped_to_teams(qs, user, case="")
 
 
 def accounts_for(user) -> QuerySet[CustomerAccount]:
@@ -46,7 +63,7 @@ def accounts_for(user) -> QuerySet[CustomerAccount]:
 
 
 def events_for(user) -> QuerySet[CaseEvent]:
-    return CaseEvent.objects.filter(case__in=cases_for(user).values("pk"))
+    return scoped_to_teams(CaseEvent.objects.all(), user, case="case")
 
 
 def evidence_for(user) -> QuerySet[EvidenceReference]:

@@ -53,6 +53,9 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # OpClass in index expressions (the trigram search indexes of cases.0012); its lookups
+    # and type handlers apply to PostgreSQL connections only, SQLite is unaffected.
+    "django.contrib.postgres",
     "axes",
     "rest_framework",
     "rest_framework.authtoken",

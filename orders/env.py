@@ -137,6 +137,10 @@ def parse_database_url(url: str, *, conn_max_age: int = 600) -> dict:
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": name,
+            # A server thread keeps its connection across the requests of one keep-alive
+            # connection (no PRAGMAs per request); it is closed when the thread ends.
+            "CONN_MAX_AGE": conn_max_age,
+            "CONN_HEALTH_CHECKS": True,
             "OPTIONS": dict(SQLITE_OPTIONS),
             "TEST": {"NAME": None},
         }

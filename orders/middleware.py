@@ -18,10 +18,10 @@ from django.http.request import RawPostDataException
 
 from orders.faults import fault_take, faults_enabled, is_faultable
 from orders.models import FaultRule
+from orders.server import DROPPED_KEY, SOCKET_KEY
 
 logger = logging.getLogger(__name__)
 Kind = FaultRule.Kind
-DROPPED_KEY = "orders.dropped"
 
 
 class _RollBack(Exception):
@@ -84,6 +84,21 @@ def _logged_fields(request: HttpRequest) -> str:
         text = str(value)[:200]
         parts.append(f"{name}={text if _PLAIN.fullmatch(text) else repr(text)}")
     return " ".join(parts)
+
+
+class ContentLengthMiddleware:
+    """Every non-streaming answer carries its ``Content-Length`` (the views' JSON, refusals,
+    injected 503s, 404s): without one the server must close the connection after the answer,
+    and HTTP/1.1 keep-alive is lost. Outermost, so no answer escapes it."""
+
+    def __init__(self, get_response) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if not response.streaming and not response.has_header("Content-Length"):
+            response["Content-Length"] = str(len(response.content))
+        return response
 
 
 class RequestLogMiddleware:
@@ -164,7 +179,7 @@ class FaultInjectionMiddleware:
     @staticmethod
     def _drop(request: HttpRequest) -> None:
         """Close the client's TCP connection; the server swallows the failed write."""
-        sock = request.META.get("orders.socket")
+        sock = request.META.get(SOCKET_KEY)
         request.META[DROPPED_KEY] = sock is not None
         if sock is None:
             logger.warning("drop_after_commit needs the bundled server (orders.server).")

@@ -105,7 +105,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # Outermost: every request is logged, refused ones and injected faults included.
+    # Every answer carries its length, so the server can keep the connection alive.
+    "orders.middleware.ContentLengthMiddleware",
+    # Then: every request is logged, refused ones and injected faults included.
     "orders.middleware.RequestLogMiddleware",
     # First: a request without the credential reaches no view and consumes no fault rule.
     "orders.middleware.ApiTokenMiddleware",

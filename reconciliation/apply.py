@@ -35,7 +35,6 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 from django.core.mail import EmailMessage
-from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -48,7 +47,7 @@ from cases.kernel import (
     Worker,
     apply_transition,
     bump_and_save,
-    lock_case,
+    case_step,
     record_event,
     record_fact,
 )
@@ -305,8 +304,7 @@ def attempt_record_applied(
     applied (``looked_up`` says why it was looked for): that is a fact, recorded as evidence
     whatever happened to the attempt meanwhile."""
     now = timezone.now()
-    with transaction.atomic():
-        case = lock_case(attempt.case_id)
+    with case_step(attempt.case_id, actor=worker) as case:
         operation = Operation.objects.select_for_update().get(pk=attempt.operation_id)
         unexpected = (
             result.replayed
@@ -455,8 +453,7 @@ def _notify(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
     address = case.account.email
     key = notification_key(operation)
     if address:
-        with transaction.atomic():
-            case = lock_case(case.pk)
+        with case_step(case.pk, actor=worker) as case:
             why = _may_have_been_told(case, operation, key)
             if why:
                 return _notification_uncertain(case, attempt, worker, key, address, why)
@@ -484,8 +481,7 @@ def _notify(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
         except Exception as exc:  # noqa: BLE001 - any mail failure is a transient step failure
             _notification_not_sent(case.pk, attempt, worker, key, exc)
             return _finish(attempt, worker, EndedTransient(f"notification failed: {exc}"))
-    with transaction.atomic():
-        case = lock_case(case.pk)
+    with case_step(case.pk, actor=worker) as case:
         Operation.objects.filter(pk=operation.pk, notified_at__isnull=True).update(
             notified_at=timezone.now()
         )
@@ -504,8 +500,7 @@ def _notify(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
 
 def _notification_not_sent(case_id: int, attempt: Attempt, worker: Worker, key: str, exc) -> None:
     """The mail backend refused the message: it did not go, so the next run sends it again."""
-    with transaction.atomic():
-        case = lock_case(case_id)
+    with case_step(case_id, actor=worker) as case:
         record_fact(
             case=case,
             action=Action.NOTIFICATION_FAILED,
@@ -542,8 +537,7 @@ def _notification_uncertain(
 
 
 def _close(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
-    with transaction.atomic():
-        case = lock_case(attempt.case_id)
+    with case_step(attempt.case_id, actor=worker) as case:
         if case.status != Status.APPLYING:
             return "stale: the case moved on"
         # The completion below names the attempt.
@@ -737,8 +731,7 @@ def _finish(attempt: Attempt, worker: Worker, ending: Ending) -> str:
     attempt of an applying case moves it (``ending.settle``); an attempt asked to stop settles
     as a stop; any other late ending is recorded and changes nothing. Returns the outcome."""
     now = timezone.now()
-    with transaction.atomic():
-        case = lock_case(attempt.case_id)
+    with case_step(attempt.case_id, actor=worker) as case:
         fresh = Attempt.objects.select_for_update().get(pk=attempt.pk)
         current = fresh.state == Attempt.State.RUNNING
         cancelling = fresh.state == Attempt.State.CANCEL_REQUESTED

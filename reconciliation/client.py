@@ -1,9 +1,16 @@
 """The order-system client: Holdfast's only door to the order system (CONTRACT §1).
 
-An anti-corruption layer. It owns one ``httpx.Client``, parses every answer strictly into frozen
-dataclasses, and turns every failure into a classified error from
+An anti-corruption layer. It talks through one ``httpx.Client``, parses every answer strictly
+into frozen dataclasses, and turns every failure into a classified error from
 ``reconciliation.exceptions``. It never imports a model; the only Django it touches is
 ``django.conf.settings`` in ``OrderSystemClient.from_settings`` and for the default credential.
+
+Connections. ``OrderSystemClient.from_settings()`` (without a test transport) hands out clients
+that share one ``httpx.Client`` -- one connection pool -- per process and configuration (base URL,
+timeouts, headers), so an apply or a source check reuses a kept-alive TCP connection instead of
+building a client, an SSL context and a new connection each time. Closing such a client (or
+leaving its ``with`` block) leaves the shared pool open for the next caller. A client built
+directly, or with its own transport, owns its ``httpx.Client`` and closes it as before.
 
 Every request carries ``Authorization: Bearer <ORDER_SYSTEM_TOKEN>``: the order system answers
 ``401`` to anything without it (``/healthz`` aside).
@@ -33,6 +40,8 @@ from __future__ import annotations
 
 import datetime as dt
 import email.utils
+import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +69,70 @@ TIMEOUT_NAMES = ("connect", "read", "write", "pool")
 
 # Failures raised before any byte of the request could have reached the receiver.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+
+
+# --- The shared connection pools -----------------------------------------------------------
+
+_SHARED_LOCK = threading.Lock()
+# (process id, base URL, timeouts, headers) -> the one httpx.Client for that configuration. The
+# process id keeps a forked child from using its parent's sockets.
+_SHARED: dict[tuple[object, ...], httpx.Client] = {}
+# Configurations kept at once (tests build many); the oldest is forgotten, not closed (a thread
+# may still be using it; its sockets close when it is collected).
+_SHARED_MAX = 8
+
+
+def _verify_for(base_url: str) -> bool:
+    """TLS verification for a client of ``base_url``: on for https. A plain-http client never
+    speaks TLS (it follows no redirects and sends only paths), so it loads no CA bundle."""
+    return not base_url.lower().startswith("http://")
+
+
+def _build_http_client(
+    base_url: str,
+    timeout: httpx.Timeout,
+    headers: Mapping[str, str],
+    transport: httpx.BaseTransport | None = None,
+) -> httpx.Client:
+    return httpx.Client(
+        base_url=base_url,
+        timeout=timeout,
+        transport=transport,
+        follow_redirects=False,
+        headers=dict(headers),
+        verify=_verify_for(base_url),
+    )
+
+
+def _shared_http_client(
+    base_url: str, timeout: httpx.Timeout, headers: Mapping[str, str]
+) -> httpx.Client:
+    """The process's one ``httpx.Client`` for this configuration, built on first use
+    (thread-safe; a closed one is replaced)."""
+    key = (
+        os.getpid(),
+        base_url,
+        (timeout.connect, timeout.read, timeout.write, timeout.pool),
+        tuple(sorted(headers.items())),
+    )
+    with _SHARED_LOCK:
+        client = _SHARED.get(key)
+        if client is None or client.is_closed:
+            client = _build_http_client(base_url, timeout, headers)
+            _SHARED.pop(key, None)
+            while len(_SHARED) >= _SHARED_MAX:
+                _SHARED.pop(next(iter(_SHARED)))
+            _SHARED[key] = client
+        return client
+
+
+def close_shared_clients() -> None:
+    """Close every shared pool of this process (tests, shutdown); the next use builds anew."""
+    with _SHARED_LOCK:
+        clients = list(_SHARED.values())
+        _SHARED.clear()
+    for client in clients:
+        client.close()
 
 
 class _Malformed(Exception):
@@ -217,7 +290,8 @@ def _definite_error(status: int, code: str, detail: str, body: Mapping[str, Any]
 
 
 class OrderSystemClient:
-    """One connection pool to one order system. Use as a context manager, or call ``close()``."""
+    """A client of one order system. Use as a context manager, or call ``close()``: that closes
+    the connection pool only when this client owns it (not a shared one)."""
 
     def __init__(
         self,
@@ -226,9 +300,11 @@ class OrderSystemClient:
         timeouts: Mapping[str, float],
         transport: httpx.BaseTransport | None = None,
         token: str | None = None,
+        shared: bool = False,
     ):
         """``token``: the order system's credential; ``None`` means
-        ``settings.ORDER_SYSTEM_TOKEN``, ``""`` sends none."""
+        ``settings.ORDER_SYSTEM_TOKEN``, ``""`` sends none. ``shared``: use the process's
+        pool for this configuration (ignored with a ``transport``, which gets its own)."""
         missing = [name for name in TIMEOUT_NAMES if name not in timeouts]
         if missing:
             raise ValueError(f"timeouts must name {', '.join(TIMEOUT_NAMES)}; missing {missing}")
@@ -246,16 +322,16 @@ class OrderSystemClient:
         headers = {"Accept": "application/json", "User-Agent": "holdfast-reconciliation"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self._client = httpx.Client(
-            base_url=self.base_url,
-            timeout=self.timeout,
-            transport=transport,
-            follow_redirects=False,
-            headers=headers,
-        )
+        self.shared = shared and transport is None
+        if self.shared:
+            self._client = _shared_http_client(self.base_url, self.timeout, headers)
+        else:
+            self._client = _build_http_client(self.base_url, self.timeout, headers, transport)
 
     @classmethod
     def from_settings(cls, *, transport: httpx.BaseTransport | None = None) -> OrderSystemClient:
+        """A client of the configured order system over the process's shared pool (kept-alive
+        connections); with a ``transport`` (tests), a private client that owns it."""
         from django.conf import settings
 
         return cls(
@@ -263,10 +339,13 @@ class OrderSystemClient:
             timeouts=settings.ORDER_SYSTEM_TIMEOUTS,
             transport=transport,
             token=settings.ORDER_SYSTEM_TOKEN,
+            shared=True,
         )
 
     def close(self) -> None:
-        self._client.close()
+        """Close the pool this client owns; a shared pool stays open for the next caller."""
+        if not self.shared:
+            self._client.close()
 
     def __enter__(self) -> OrderSystemClient:
         return self

@@ -21,14 +21,13 @@ import logging
 import re
 from collections.abc import Callable
 
-from django.db import transaction
 from django.db.models import Max, Q
 
 from approvals.models import Approval, Operation, Proposal
 from cases.attempts import attempt_set_state
 from cases.codes import Action
 from cases.fencing import counter_raise_to, fencing_current, fencing_raise_to
-from cases.kernel import Worker, apply_transition, lock_case, record_fact
+from cases.kernel import Worker, apply_transition, case_step, record_fact
 from cases.models import OPEN_STATUSES, Attempt, Case, Status, WaitingOn
 from reconciliation.client import OrderSystemClient
 from reconciliation.exceptions import OrderSystemError
@@ -126,8 +125,7 @@ def recover_after_restore(
     progress(f"{len(pending)} case(s) with unconfirmed operations or unfinished attempts")
     held = 0
     for pk in pending:
-        with transaction.atomic():
-            case = lock_case(pk)
+        with case_step(pk, actor=worker) as case:
             # Whatever ran before the restore is over; when it ended is not known.
             for attempt in case.attempts.filter(state__in=Attempt.ACTIVE):
                 attempt_set_state(
@@ -172,8 +170,7 @@ def recover_after_restore(
 def _note_applied_before_restore(case_id: int, key: str, worker: Worker) -> None:
     """The operation was applied after the backup was taken: the steps that followed it there
     (the customer's notification) are missing from these records, not undone."""
-    with transaction.atomic():
-        case = lock_case(case_id)
+    with case_step(case_id, actor=worker) as case:
         record_fact(
             case=case,
             action=Action.RESTORE_APPLIED_BEFORE_RESTORE,

@@ -27,6 +27,7 @@ from cases.kernel import (
     Worker,
     apply_transition,
     bump_and_save,
+    case_step,
     lock_case,
     record_event,
     record_fact,
@@ -110,8 +111,7 @@ def _revoke_in_transaction(case: Case, actor: Actor, reason: str, kind: str) -> 
     from approvals.services import proposal_withdraw
 
     now = timezone.now()
-    with transaction.atomic():
-        case = lock_case(case)
+    with case_step(case, actor=actor) as case:
         if not isinstance(actor, Worker):
             require(actor, "cases.lead_case", case, "revoke the case")
         result = Revocation(case=case)

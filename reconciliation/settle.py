@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import Operation, Proposal
@@ -32,7 +31,6 @@ from cases.kernel import (
     bump_and_save,
     case_step,
     check_version,
-    lock_case,
     record_event,
     require,
 )
@@ -159,8 +157,7 @@ def case_reconcile(
 
 
 def _note_manual_needed(case_id: int, version: int, actor: Actor) -> str:
-    with transaction.atomic():
-        case = lock_case(case_id)
+    with case_step(case_id, actor=actor) as case:
         if case.version != version or case.status != Status.HELD:
             return "skipped"
         case.next_check_at = None
@@ -181,8 +178,7 @@ def _note_manual_needed(case_id: int, version: int, actor: Actor) -> str:
 def _record_finding(
     case_id: int, version: int, operation_id: int, finding: Finding, actor: Actor
 ) -> str:
-    with transaction.atomic():
-        case = lock_case(case_id)
+    with case_step(case_id, actor=actor) as case:
         if case.status != Status.HELD:
             return "skipped: the case moved on"
         newer_attempt = (
@@ -465,8 +461,7 @@ def case_settle_manually(
     finally:
         if own_client:
             client.close()
-    with transaction.atomic():
-        case = lock_case(case.pk)
+    with case_step(case.pk, actor=actor) as case:
         check_version(case, expected_version)
         if fence_token is not None and case.attempts.filter(fencing_token__gt=fence_token).exists():
             raise SettlementUnproven("A newer attempt started meanwhile: look again.")

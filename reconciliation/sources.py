@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import datetime as dt
 
-from django.db import transaction
 from django.utils import timezone
 
 from cases.codes import Action
-from cases.kernel import Actor, Worker, apply_transition, lock_case
+from cases.kernel import Actor, Worker, apply_transition, case_step
 from cases.models import Case, EvidenceReference, Status, WaitingOn
 from cases.retries import retries_reset
 from cases.scheduling import enqueue_on_commit
@@ -54,8 +53,7 @@ def source_check(*, case_id: int, client: OrderSystemClient | None = None) -> st
         if own_client:
             client.close()
 
-    with transaction.atomic():
-        case = lock_case(case_id)
+    with case_step(case_id, actor=actor) as case:
         if case.status not in CHECKABLE:
             return "skipped"
         if order.account_id != case.account.reference:
@@ -106,8 +104,7 @@ def source_check(*, case_id: int, client: OrderSystemClient | None = None) -> st
 
 
 def _escalate(case_or_id, actor, reason: str) -> str:
-    with transaction.atomic():
-        case = lock_case(case_or_id)
+    with case_step(case_or_id, actor=actor) as case:
         if case.status not in CHECKABLE:
             return "skipped"
         from approvals.services import proposals_withdraw_open
@@ -151,8 +148,7 @@ def source_failure_text(exc: OrderSystemError, failed_checks: int, at: dt.dateti
 def _source_unavailable(case_id: int, actor: Actor, exc: OrderSystemError) -> str:
     """Count one more consecutive failed check: back off, or give the case to its owner
     (``transient_failure_record``, the ``source_check`` policy)."""
-    with transaction.atomic():
-        case = lock_case(case_id)
+    with case_step(case_id, actor=actor) as case:
         if case.status != Status.WAITING_SOURCE:
             return "skipped"
         code = literal(exc.error)

@@ -70,6 +70,8 @@ class CaseAdmin(admin.ModelAdmin):
     ]
     search_fields = ["reference", "order_id", "account__reference", "account__name", "request_key"]
     list_select_related = ["account", "team", "owner__staff_profile", "backup"]
+    # A filtered page counts its rows once: no second COUNT(*) over every visible case.
+    show_full_result_count = False
     readonly_fields = [
         "reference",
         "status",
@@ -334,6 +336,8 @@ class CaseEventAdmin(admin.ModelAdmin):
     list_filter = [("action", PrintableValuesFilter)]
     search_fields = ["case__reference", "reason", "actor_label"]
     list_select_related = ["case"]
+    # A filtered page counts its rows once: no second COUNT(*) over every visible event.
+    show_full_result_count = False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[CaseEvent]:
         return selectors.events_for(request.user).select_related("case")
