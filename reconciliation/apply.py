@@ -589,6 +589,23 @@ class Ending:
         raise NotImplementedError
 
 
+def _hold(
+    case: Case, worker: Worker, detail: dict[str, Any], *, error: str, reason: str, waiting: str
+) -> None:
+    """The endings that leave the effect for a person to look at: held, waiting on the owner,
+    looked at again on the first backoff step."""
+    apply_transition(
+        case,
+        "hold",
+        actor=worker,
+        detail=detail,
+        last_error=error,
+        reason=reason,
+        waiting=(WaitingOn.OWNER, waiting),
+        next_check_at=next_retry_at(1),
+    )
+
+
 @dataclass(frozen=True)
 class EndedEffectUnknown(Ending):
     """Sent, and no usable answer came back: held, reconciled from evidence, never re-sent."""
@@ -597,16 +614,14 @@ class EndedEffectUnknown(Ending):
     attempt_state: ClassVar[Attempt.State] = Attempt.State.EFFECT_UNKNOWN
 
     def settle(self, case: Case, attempt: Attempt, worker: Worker, detail: dict[str, Any]) -> None:
-        apply_transition(
+        _hold(
             case,
-            "hold",
-            actor=worker,
-            detail=detail,
-            last_error=self.text,
+            worker,
+            detail,
+            error=self.text,
             reason=f"Effect unknown: {attempt.operation.key} was sent and no answer came "
             "back. Reconcile the same operation from evidence; never send it blindly again",
-            waiting=(WaitingOn.OWNER, "Effect unknown: reconcile from the order system"),
-            next_check_at=next_retry_at(1),
+            waiting="Effect unknown: reconcile from the order system",
         )
 
 
@@ -618,15 +633,13 @@ class EndedFenced(Ending):
     attempt_state: ClassVar[Attempt.State] = Attempt.State.FENCED
 
     def settle(self, case: Case, attempt: Attempt, worker: Worker, detail: dict[str, Any]) -> None:
-        apply_transition(
+        _hold(
             case,
-            "hold",
-            actor=worker,
-            detail=detail,
-            last_error=self.text,
+            worker,
+            detail,
+            error=self.text,
             reason="The order system refused a stale fencing token: another owner exists",
-            waiting=(WaitingOn.OWNER, "Another owner exists: reconcile before anything else"),
-            next_check_at=next_retry_at(1),
+            waiting="Another owner exists: reconcile before anything else",
         )
 
 
@@ -637,15 +650,13 @@ class EndedLookupMismatch(Ending):
     code: ClassVar[str] = "lookup_mismatch"
 
     def settle(self, case: Case, attempt: Attempt, worker: Worker, detail: dict[str, Any]) -> None:
-        apply_transition(
+        _hold(
             case,
-            "hold",
-            actor=worker,
-            detail=detail,
-            last_error=self.text,
+            worker,
+            detail,
+            error=self.text,
             reason=f"Looked before writing: {self.text}. Nothing was sent",
-            waiting=(WaitingOn.OWNER, "The operation key shows another change: look"),
-            next_check_at=next_retry_at(1),
+            waiting="The operation key shows another change: look",
         )
 
 

@@ -555,9 +555,8 @@ class Command(BaseCommand):
     def _ready_cases(self, count: int) -> list[int]:
         """``count`` ready cases with an approved proposal, made as the old ``benchmark`` makes
         them (rows written directly: this is what a claim reads)."""
-        from approvals.models import Approval, Operation, Proposal
         from cases.fencing import counter_next
-        from cases.models import Case, Status
+        from reconciliation.management.seeding import ready_case_seed
 
         fx = self._fixture()
         now = timezone.now()
@@ -566,44 +565,14 @@ class Command(BaseCommand):
             for _ in range(count):
                 n = fx["next"] = fx["next"] + 1
                 tag = f"{self.run_id}-{n}"
-                case = Case.objects.create(
+                case = ready_case_seed(
+                    tag=f"B{tag}",
                     reference=f"BENCH-{tag}",
                     number=counter_next("case_number"),  # the numbers intake uses
                     account=fx["account"],
-                    request_key=f"bench-{tag}",
-                    order_id=f"ORD-B{tag}",
-                    requested_date=now.date(),
-                    team=fx["team"],
                     owner=fx["owner"],
-                    last_checked_order_version=1,
-                )
-                Case.objects.filter(pk=case.pk).update(status=Status.READY)
-                operation = Operation.objects.create(
-                    case=case,
-                    key=f"DATE-B{tag}-1",
-                    sequence=1,
-                    order_id=case.order_id,
-                    delivery_date=case.requested_date,
-                )
-                proposal = Proposal.objects.create(
-                    case=case,
-                    order_id=case.order_id,
-                    delivery_date=case.requested_date,
-                    evidence_order_version=1,
-                    content_hash="bench",
-                    operation=operation,
-                    prepared_by_label="bench",
-                    status=Proposal.Status.APPROVED,
-                )
-                Approval.objects.create(
-                    reference=f"AP-B{tag}",
-                    proposal=proposal,
-                    proposal_hash="bench",
-                    operation=operation,
-                    decided_by=fx["approver"],
-                    decision="approved",
-                    expires_at=now + dt.timedelta(hours=1),
-                    grant="bench",
+                    approver=fx["approver"],
+                    now=now,
                 )
                 ready.append(case.pk)
         return ready

@@ -163,9 +163,9 @@ class Command(BaseCommand):
         self._claims(claims)
 
     def _claims(self, count: int) -> None:
-        from approvals.models import Approval, Operation, Proposal
         from cases.kernel import Worker
         from reconciliation.claims import case_claim
+        from reconciliation.management.seeding import ready_case_seed
         from reconciliation.models import OrderSystemProfile
 
         OrderSystemProfile.objects.create(
@@ -190,44 +190,14 @@ class Command(BaseCommand):
         first_number = (Case.objects.order_by("-number").values_list("number", flat=True)[0]) + 1
         ready = []
         for i in range(count):
-            case = Case.objects.create(
+            case = ready_case_seed(
+                tag=f"R{i}",
                 reference=f"R-{i}",
                 number=first_number + i,
                 account=account,
-                request_key=f"ready-{i}",
-                order_id=f"ORD-R{i}",
-                requested_date=now.date(),
-                team=account.team,
                 owner=owner,
-                last_checked_order_version=1,
-            )
-            Case.objects.filter(pk=case.pk).update(status=Status.READY)
-            operation = Operation.objects.create(
-                case=case,
-                key=f"DATE-R{i}-1",
-                sequence=1,
-                order_id=case.order_id,
-                delivery_date=case.requested_date,
-            )
-            proposal = Proposal.objects.create(
-                case=case,
-                order_id=case.order_id,
-                delivery_date=case.requested_date,
-                evidence_order_version=1,
-                content_hash="bench",
-                operation=operation,
-                prepared_by_label="bench",
-                status=Proposal.Status.APPROVED,
-            )
-            Approval.objects.create(
-                reference=f"AP-R{i}",
-                proposal=proposal,
-                proposal_hash="bench",
-                operation=operation,
-                decided_by=approver,
-                decision="approved",
-                expires_at=now + timedelta(hours=1),
-                grant="bench",
+                approver=approver,
+                now=now,
             )
             ready.append(case.pk)
         worker = Worker("bench")
