@@ -36,7 +36,8 @@ drill: install
 # commands/bench.py). DEBUG off: Django's query log would slow the measured paths.
 bench: install
 	DEBUG=0 DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/bench_holdfast} \
-		sh -c '$(PY) manage.py migrate --no-input -v 0 && $(PY) manage.py bench $(BENCH_ARGS)'
+		sh -c '$(PY) -m reconciliation.benchmarks.database "$$DATABASE_URL" && \
+		$(PY) manage.py migrate --no-input -v 0 && $(PY) manage.py bench $(BENCH_ARGS)'
 
 test: install browser
 	$(PY) tests/run_suites.py $(PYTEST_ARGS)

@@ -17,6 +17,7 @@ from approvals.models import Approval, Operation, Proposal
 from cases.admin import CaseForm, ReadOnlyInline, case_admin_extend, change_url, person
 from cases.exceptions import CaseError
 from cases.models import Case
+from cases.paging import BoundedCountAdminMixin
 
 
 class ProposalInline(ReadOnlyInline):
@@ -100,7 +101,7 @@ class StatusFilter(admin.SimpleListFilter):
 
 
 @admin.register(Proposal)
-class ProposalAdmin(admin.ModelAdmin):
+class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
     """Proposals awaiting review for the approver's teams, oldest first."""
 
     change_form_template = "admin/approvals/proposal/change_form.html"
@@ -118,7 +119,8 @@ class ProposalAdmin(admin.ModelAdmin):
     list_filter = [StatusFilter]
     search_fields = ["case__reference", "order_id", "operation__key"]
     ordering = ["submitted_at", "pk"]
-    # The page counts its filtered rows once; no second COUNT(*) over every visible proposal.
+    # The page counts its filtered rows once; no second COUNT(*) over every visible proposal,
+    # and at most 1,000 past the page (``cases.paging``).
     show_full_result_count = False
     readonly_fields = fields = (
         "case",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.db.models import Prefetch
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
@@ -10,11 +11,12 @@ from rest_framework.response import Response
 from rest_framework.status import HTTP_201_CREATED
 
 from approvals import selectors, services
-from approvals.models import Proposal
+from approvals.models import Proposal, ProposalAuthor
 from approvals.serializers import ApproveSerializer, ProposalSerializer, RejectSerializer
 from cases.api import CaseViewSet
 from cases.api_errors import error_responses
 from cases.exceptions import CaseNotFound
+from cases.paging import BoundedPageNumberPagination
 from cases.serializers import CaseDetailSerializer, PrepareProposalSerializer
 from cases.throttling import ThrottleRefusalsMixin
 
@@ -26,10 +28,15 @@ class ProposalViewSet(
     viewsets.GenericViewSet,
 ):
     serializer_class = ProposalSerializer
+    # A page counts at most 1,000 proposals past it (``count_capped`` says when there are more).
+    pagination_class = BoundedPageNumberPagination
 
     def get_queryset(self):
+        # The authors in the order they became authors (``pk``), without the model's ordering
+        # by proposal, which joins every proposal and case to sort a page's few authors.
+        authors = ProposalAuthor.objects.select_related("user").order_by("pk")
         qs = selectors.proposals_for(self.request.user).prefetch_related(
-            "approvals__decided_by", "authors__user"
+            "approvals__decided_by", Prefetch("authors", queryset=authors)
         )
         status = self.request.query_params.get("status")
         if status is not None:

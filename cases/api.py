@@ -13,6 +13,7 @@ from cases import selectors, services
 from cases.api_errors import error_responses
 from cases.exceptions import CaseNotFound
 from cases.models import CaseEvent, Status, WaitingOn
+from cases.paging import BoundedPageNumberPagination
 from cases.serializers import (
     CancelRequestSerializer,
     CaseDetailSerializer,
@@ -36,6 +37,8 @@ class CaseViewSet(
 ):
     lookup_field = "reference"
     lookup_value_regex = r"[A-Za-z]+-\d+"
+    # A page counts at most 1,000 cases past it (``count_capped`` says when there are more).
+    pagination_class = BoundedPageNumberPagination
 
     def get_serializer_class(self):
         if self.action == "list":

@@ -132,14 +132,15 @@ def check_version(case: Case, expected_version: int | None) -> None:
 # --- the step ---------------------------------------------------------------------------------
 
 
-def lock_case(case_or_pk: Case | int) -> Case:
-    """Re-read the case under a row lock (PostgreSQL); call inside ``transaction.atomic``."""
+# What a locked case is read with: what permission checks and the case page's rules look at.
+CASE_RELATED = ("account", "team", "owner__staff_profile", "backup")
+
+
+def lock_case(case_or_pk: Case | int, related: tuple[str, ...] = CASE_RELATED) -> Case:
+    """Re-read the case under a row lock (PostgreSQL); call inside ``transaction.atomic``.
+    ``related``: the rows read with it (a worker's step needs only the account)."""
     pk = case_or_pk.pk if isinstance(case_or_pk, Case) else case_or_pk
-    return (
-        Case.objects.select_for_update(of=("self",))
-        .select_related("account", "team", "owner__staff_profile", "backup")
-        .get(pk=pk)
-    )
+    return Case.objects.select_for_update(of=("self",)).select_related(*related).get(pk=pk)
 
 
 @contextmanager
@@ -150,6 +151,7 @@ def case_step(
     permission: str | None = None,
     what: str = "",
     expected_version: int | None = None,
+    related: tuple[str, ...] = CASE_RELATED,
 ) -> Iterator[Case]:
     """Open a transaction, lock the case row, check ``permission`` (if given; ``what`` names
     the action in the refusal) and ``expected_version``, and yield the locked case.
@@ -160,7 +162,7 @@ def case_step(
     ignores the version seen) is left out here and made in the body.
     """
     with transaction.atomic():
-        case = lock_case(case_or_pk)
+        case = lock_case(case_or_pk, related)
         if permission is not None:
             require(actor, permission, case, what)
         check_version(case, expected_version)
@@ -174,7 +176,7 @@ def bump_and_save(case: Case, fields: list[str]) -> None:
     case.save(update_fields=sorted({*fields, "version", "updated_at"}))
 
 
-def record_event(
+def event_row(
     *,
     case: Case,
     action: Action,
@@ -183,10 +185,14 @@ def record_event(
     from_status: str = "",
     to_status: str = "",
     detail: dict[str, Any] | None = None,
+    head: str | None = None,
 ) -> CaseEvent:
-    """Append one audit event for the version the case has now, linked into the case's hash
-    chain (``cases/audit.py``). The caller holds the case's row lock: that lock is what makes
-    reading the chain's head and inserting the next link one step.
+    """The next audit event of ``case``, not saved yet (:func:`record_event` saves it; the claim
+    writes it in one statement with the case and the attempt): for the version the case has
+    now, linked into the case's hash chain (``cases/audit.py``). The caller holds the case's row
+    lock: that lock is what makes reading the chain's head and inserting the next link one step.
+    ``head`` is the chain's head when the caller already read it under that same lock (the
+    claim reads it with the case); otherwise it is read here.
 
     ``action`` must be a registered code (``cases.codes.Action``): ``Action(action)`` raises
     ``ValueError`` for any other string before anything is written. The plain stored string
@@ -203,9 +209,15 @@ def record_event(
         "detail": detail or {},
         "created_at": timezone.now(),
     }
-    head = CaseEvent.objects.filter(case_id=case.pk).order_by("-id").values_list("hash", flat=True)
-    prev_hash = head.first() or ""
-    return CaseEvent.objects.create(
+    if head is None:
+        head = (
+            CaseEvent.objects.filter(case_id=case.pk)
+            .order_by("-id")
+            .values_list("hash", flat=True)
+            .first()
+        )
+    prev_hash = head or ""
+    return CaseEvent(
         case=case,
         actor=user,
         prev_hash=prev_hash,
@@ -214,6 +226,33 @@ def record_event(
         ),
         **fields,
     )
+
+
+def record_event(
+    *,
+    case: Case,
+    action: Action,
+    actor: Actor,
+    reason: str = "",
+    from_status: str = "",
+    to_status: str = "",
+    detail: dict[str, Any] | None = None,
+    head: str | None = None,
+) -> CaseEvent:
+    """Append one audit event for the version the case has now, linked into the case's hash
+    chain (:func:`event_row`, which says what the caller must hold)."""
+    event = event_row(
+        case=case,
+        action=action,
+        actor=actor,
+        reason=reason,
+        from_status=from_status,
+        to_status=to_status,
+        detail=detail,
+        head=head,
+    )
+    event.save(force_insert=True)
+    return event
 
 
 def record_fact(*, case: Case, action: Action, **event: Any) -> CaseEvent:
@@ -290,6 +329,7 @@ def apply_transition(
     detail: dict[str, Any] | None = None,
     waiting: tuple[str, str] | None = None,
     next_check_at: dt.datetime | None | Keep = KEEP,
+    head: str | None = None,
     **changes: Any,
 ) -> CaseEvent:
     """Run transition ``name`` on a case locked by the caller, bump its version, save it and
@@ -297,7 +337,8 @@ def apply_transition(
     the transition's guards do not hold.
 
     ``changes`` are extra field values saved with the transition; ``next_check_at=KEEP`` (the
-    default) leaves the follow-up time alone, ``None`` clears it. A terminal status closes the
+    default) leaves the follow-up time alone, ``None`` clears it; ``head`` as for
+    :func:`record_event`. A terminal status closes the
     case: its closing time and retention date are set and its follow-up is cleared.
     """
     method = getattr(case, name)
@@ -333,4 +374,5 @@ def apply_transition(
         from_status=from_status,
         to_status=case.status,
         detail={"transition": name, **(detail or {})},
+        head=head,
     )

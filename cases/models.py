@@ -97,11 +97,12 @@ class CustomerAccount(models.Model):
     class Meta:
         ordering = ["reference"]
         indexes = [
-            # The desk's search (``icontains``) by account reference: PostgreSQL only
-            # (migration 0012 builds it concurrently; other databases skip it).
+            # The desk's search (``icontains``) by account reference and name: PostgreSQL only
+            # (migrations 0012 and 0013 build them concurrently; other databases skip them).
             GinIndex(
                 OpClass(Upper("reference"), name="gin_trgm_ops"), name="account_reference_trgm"
             ),
+            GinIndex(OpClass(Upper("name"), name="gin_trgm_ops"), name="account_name_trgm"),
         ]
 
     def __str__(self) -> str:
@@ -262,10 +263,19 @@ class Case(FSMModelMixin, models.Model):
             ),
         ]
         indexes = [
-            # The desk's search (``icontains``) by case reference and order id: PostgreSQL only
-            # (migration 0012 builds them concurrently; other databases skip them).
+            # The desk's search (``icontains``, field by field: ``cases.admin.search``) by case
+            # reference, order id and request key: PostgreSQL only (migrations 0012 and 0013
+            # build them concurrently; other databases skip them).
             GinIndex(OpClass(Upper("reference"), name="gin_trgm_ops"), name="case_reference_trgm"),
             GinIndex(OpClass(Upper("order_id"), name="gin_trgm_ops"), name="case_order_id_trgm"),
+            GinIndex(
+                OpClass(Upper("request_key"), name="gin_trgm_ops"), name="case_request_key_trgm"
+            ),
+            # The claim of the next due ready case (``reconciliation.claims.claim_next_due``):
+            # partial, so it holds only the ready cases however long the history (0014).
+            models.Index(
+                fields=["next_check_at"], condition=Q(status="ready"), name="case_ready_due_idx"
+            ),
         ]
         permissions = [
             ("work_case", "Can work a case (check source, escalate, cancel)"),

@@ -107,6 +107,14 @@ DATABASES = {
         conn_max_age=CONN_MAX_AGE,
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Server-side prepared statements for statements a connection runs again (psycopg prepares
+    # one after it ran DB_PREPARE_THRESHOLD times): the claim's read costs ~3 ms to plan and
+    # 0.6 ms to run, so planning it once per connection is most of a claim. Django turns them
+    # off by default for transaction-pooling proxies; behind such a proxy without support for
+    # prepared statements, set DB_PREPARE_THRESHOLD=0 (never prepare).
+    _prepare = env_int("DB_PREPARE_THRESHOLD", 5, minimum=0)
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = _prepare or None
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -287,7 +295,8 @@ class QClusterOptions(TypedDict):
 
 
 Q_CLUSTER: QClusterOptions = {
-    "name": "holdfast",
+    # Hosts that share a Redis queue share the name (its list, its stats, its signing salt).
+    "name": env_str("Q_CLUSTER_NAME", "holdfast"),
     # One more than Q_WORKERS: the sweeper task (reconciliation.sweep) keeps one busy.
     "workers": env_int("Q_WORKERS", 2, minimum=1) + 1,
     "timeout": env_int("Q_TIMEOUT", 60, minimum=1),
@@ -392,6 +401,14 @@ SWEEP_INTERVAL_SECONDS = env_float(
 )
 if SWEEP_INTERVAL_SECONDS > SHORTEST_LEASE_SECONDS:
     raise ImproperlyConfigured("SWEEP_INTERVAL_SECONDS must not exceed the shortest lease.")
+# After its case, an apply task takes the next due ready case at once, for at most this long
+# (then the dispatcher's next pass goes on); 0 turns it off. A third of the task timeout leaves
+# the case in flight time to finish before django-q2 would kill the task.
+APPLY_DRAIN_SECONDS = env_float(
+    "APPLY_DRAIN_SECONDS", min(20.0, Q_CLUSTER["timeout"] / 3), minimum=0.0
+)
+if Q_CLUSTER["timeout"] / 2 < APPLY_DRAIN_SECONDS:
+    raise ImproperlyConfigured("APPLY_DRAIN_SECONDS must stay under half of Q_TIMEOUT.")
 # Test-only: prepare_proposal sleeps this long first, so a drill can kill its worker mid-task.
 # Off (0) by default and refused in production.
 PREPARE_TEST_DELAY_SECONDS = env_float("PREPARE_TEST_DELAY_SECONDS", 0.0, minimum=0.0)

@@ -28,17 +28,20 @@ and a person confirms (``case_record_customer_told``).
 
 from __future__ import annotations
 
+import datetime as dt
+import enum
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from django.conf import settings
 from django.core.mail import EmailMessage
-from django.db.models import Q
+from django.db.models import Count, Exists, Q, QuerySet
 from django.utils import timezone
 
-from approvals.models import Operation
+from approvals.models import Approval, Operation, Proposal
 from approvals.services import review_due_at
 from cases.attempts import attempt_finish
 from cases.backoff import next_retry_at
@@ -60,12 +63,16 @@ from cases.models import (
 )
 from cases.retries import retries_reset
 from reconciliation.claims import (
+    Claimed,
     ClaimRefused,
+    SourceCheckDue,
     StaleAttempt,
     attempt_acknowledge_cancel,
     attempt_heartbeat,
-    case_claim,
+    claim_case,
+    claim_next_due,
     keep_alive,
+    lease_seconds,
     record_slot_released,
 )
 from reconciliation.client import OperationRecord, OperationResult, OrderSystemClient
@@ -88,12 +95,15 @@ from reconciliation.retries import Words, literal, transient_failure_record
 from reconciliation.settle import operation_confirm
 
 logger = logging.getLogger(__name__)
+# A worker's steps read the locked case with its account only: no permission check runs for a
+# worker, and the notification needs the customer's address.
+WORKER_RELATED = ("account",)
 
-STEPS = ("apply", "notify", "close")
 # Facts that mean the customer may already have been told about an applied operation.
 
 # Named points of the apply step (``after_claim``: claimed, nothing sent yet; ``after_submit``:
-# the order system answered, the answer not saved yet). Each observer is called with the point's
+# the order system answered, the answer not saved yet; ``after_confirm``: the answer and the
+# notification's start are saved, the email not sent yet). Each observer is called with the point's
 # name; none is registered unless an upper layer registers one (``ReconciliationConfig.ready``
 # registers the drills' stop point), so by default the points do nothing.
 STEP_POINT_OBSERVERS: list[Callable[[str], None]] = []
@@ -109,110 +119,191 @@ def apply_case(
 ) -> str:
     """Claim the case and run its remaining steps. Safe to run twice: only a claim acts."""
     worker = worker or Worker.current("apply")
-    own_client = client is None
     client = client or OrderSystemClient.from_settings()
+
+    def claim(source_checked: bool) -> Claimed:
+        return claim_case(case_id=case_id, worker=worker, source_checked=source_checked)
+
+    outcome = _claim_and_run(claim, client, worker)
+    return outcome if outcome is not None else "refused: nothing to claim"
+
+
+def apply_due(
+    *,
+    client: OrderSystemClient | None = None,
+    worker: Worker | None = None,
+    seconds: float = 30.0,
+    limit: int | None = None,
+) -> list[str]:
+    """Apply due ready cases one after another, each taken the moment the last one is done
+    (``claim_next_due``), until none is due, ``limit`` were taken or ``seconds`` have passed
+    (then the dispatcher's next pass goes on). Returns each case's outcome."""
+    worker = worker or Worker.current("apply")
+    client = client or OrderSystemClient.from_settings()
+    deadline = time.monotonic() + seconds
+    skip: set[int] = set()
+    outcomes: list[str] = []
+
+    def claim(source_checked: bool) -> Claimed | None:
+        return claim_next_due(worker=worker, skip=skip, source_checked=source_checked)
+
+    while (limit is None or len(outcomes) < limit) and time.monotonic() < deadline:
+        outcome = _claim_and_run(claim, client, worker)
+        if outcome is None:
+            break
+        outcomes.append(outcome)
+        if outcome.startswith("refused: re"):  # a restore: recovery ran, stop here
+            break
+    return outcomes
+
+
+def _claim_and_run(
+    claim: Callable[[bool], Claimed | None], client: OrderSystemClient, worker: Worker
+) -> str | None:
+    """Claim (``claim(source_checked)``), then run the steps; None when nothing was claimable.
+
+    No claim that may write on records older than the order system: when no comparison with it
+    is recent, the claim says so (``SourceCheckDue``), the order system is asked outside any
+    transaction, and the claim is made again."""
     try:
-        # No claim that may write on records older than the order system: asks only if
-        # nobody did recently.
-        why = _write_may_follow(case_id) and restore_detected_at_source(client=client)
-        if why:
-            logger.warning("Database restore detected at the source (%s): recovering", why)
-            recover_after_restore(progress=logger.info, client=client)
-            return f"refused: restore detected ({why}); recovered before any claim"
         try:
-            attempt = case_claim(case_id=case_id, worker=worker)
-        except ClaimRefused as refusal:
-            return f"refused: {refusal.extra.get('reason', refusal.code)}"
-        except RecoveryRequired:
-            return "refused: recovery after restore required"
-        return run_attempt(attempt_id=attempt.pk, client=client, worker=worker)
-    finally:
-        if own_client:
-            client.close()
+            claimed = claim(False)
+        except SourceCheckDue:
+            why = restore_detected_at_source(client=client)
+            if why:
+                logger.warning("Database restore detected at the source (%s): recovering", why)
+                recover_after_restore(progress=logger.info, client=client)
+                return f"refused: restore detected ({why}); recovered before any claim"
+            claimed = claim(True)
+    except ClaimRefused as refusal:
+        return f"refused: {refusal.extra.get('reason', refusal.code)}"
+    except RecoveryRequired:
+        return "refused: recovery after restore required"
+    if claimed is None:
+        return None
+    return run_attempt(attempt_id=claimed.attempt.pk, client=client, worker=worker, claimed=claimed)
 
 
-def _write_may_follow(case_id: int) -> bool:
-    """A claim of this case could send a write: it is ready with an unconfirmed operation."""
-    return Operation.objects.filter(
-        case_id=case_id,
-        case__status=Status.READY,
-        confirmed_at__isnull=True,
-        retired_at__isnull=True,
-    ).exists()
+@dataclass(frozen=True)
+class _Authority:
+    """What the apply step sends under: the live approval's grant and the proposal's evidence
+    version (read by the claim, or here for an attempt run without one)."""
+
+    approval_id: int
+    grant: str
+    evidence_order_version: int
 
 
-def run_attempt(*, attempt_id: int, client: OrderSystemClient, worker: Worker) -> str:
-    for step in STEPS:
+def _authority(attempt: Attempt, claimed: Claimed | None) -> _Authority | None:
+    if claimed is not None:
+        if claimed.approval_id is None:
+            return None
+        return _Authority(
+            claimed.approval_id, claimed.approval_grant, claimed.evidence_order_version
+        )
+    from approvals.services import live_approval, open_proposal
+
+    approval = live_approval(attempt.case)
+    proposal = open_proposal(attempt.case)
+    if approval is None or proposal is None:
+        return None
+    return _Authority(approval.pk, approval.grant, proposal.evidence_order_version)
+
+
+def run_attempt(
+    *,
+    attempt_id: int,
+    client: OrderSystemClient,
+    worker: Worker,
+    claimed: Claimed | None = None,
+) -> str:
+    """Run the attempt's steps that are not confirmed yet. After a claim (``claimed``) nothing
+    the claim read is read again: the change goes out after one more write (the mark that it
+    may leave, which also renews the lease), its answer and the notification's start are one
+    transaction, and the notification's confirmation closes the case in the next."""
+    if claimed is not None:
+        attempt = claimed.attempt
+    else:
         attempt = Attempt.objects.select_related("operation", "case__account").get(pk=attempt_id)
-        if _confirmed(attempt.operation, attempt.case, step):
-            continue
-        try:
-            lease = attempt_heartbeat(attempt_id=attempt.pk, fencing_token=attempt.fencing_token)
-        except StaleAttempt:
-            return "stale: stopped before doing anything more"
-        if lease.cancel_requested and step == "apply":
-            # Only before the change is sent does stopping mean nothing was applied; after it
-            # is confirmed the remaining steps finish and the cancellation is "after change".
-            attempt_acknowledge_cancel(attempt_id=attempt.pk, worker=worker)
-            return "cancel acknowledged"
-        outcome = _STEP_RUNNERS[step](attempt, client, worker)
+    plan: Notify | None = None
+    if attempt.operation.confirmed_at is None:
+        outcome, plan = _apply_step(attempt, client, worker, claimed)
         if outcome != "confirmed":
             return outcome
-    return "done"
-
-
-def _confirmed(operation: Operation, case: Case, step: str) -> bool:
-    if step == "apply":
-        return operation.confirmed_at is not None
-    if step == "notify":
-        return operation.notified_at is not None
-    return case.status == Status.DONE
+        _reached("after_confirm")
+    if attempt.operation.notified_at is None:
+        outcome = _notify(attempt, worker, plan)
+        if outcome != "confirmed":
+            return outcome
+    return _close(attempt, client, worker)
 
 
 # --- step: apply ---------------------------------------------------------------------------
 
 
 def _apply(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
-    from approvals.services import live_approval, open_proposal
+    """The apply step alone (nothing of the notification begins with it), for an attempt run
+    without its claim's reads; its outcome."""
+    return _apply_step(attempt, client, worker, None, then_notify=False)[0]
 
-    case = attempt.case
-    approval = live_approval(case)
-    proposal = open_proposal(case)
-    if approval is None or proposal is None:
+
+def _apply_step(
+    attempt: Attempt,
+    client: OrderSystemClient,
+    worker: Worker,
+    claimed: Claimed | None,
+    *,
+    then_notify: bool = True,
+) -> tuple[str, Notify | None]:
+    if claimed is None:
+        # Not just claimed: the attempt may have lost its lease or been asked to stop.
+        try:
+            lease = attempt_heartbeat(attempt_id=attempt.pk, fencing_token=attempt.fencing_token)
+        except StaleAttempt:
+            return "stale: stopped before doing anything more", None
+        if lease.cancel_requested:
+            # Only before the change is sent does stopping mean nothing was applied; after it
+            # is confirmed the remaining steps finish and the cancellation is "after change".
+            attempt_acknowledge_cancel(attempt_id=attempt.pk, worker=worker)
+            return "cancel acknowledged", None
+    authority = _authority(attempt, claimed)
+    if authority is None:
         # Checked again here, not only at claim time: the approval may lapse in between.
-        return _finish(
-            attempt, worker, EndedApprovalExpired("The approval expired before the change was sent")
-        )
+        ended = EndedApprovalExpired("The approval expired before the change was sent")
+        return _finish(attempt, worker, ended), None
     operation = attempt.operation
-    why = _may_have_been_sent(attempt)
+    why = _may_have_been_sent(attempt, claimed)
     if why:
-        looked = _look_before_write(attempt, client, worker, why)
+        looked = _look_before_write(attempt, client, worker, why, then_notify=then_notify)
         if looked is not None:
             return looked
     _reached("after_claim")  # a drill may stop this worker here
-    if not _mark_submitting(attempt):
-        return _stopped_before_submitting(attempt, worker)
+    if not _mark_submitting(attempt, authority):
+        return _stopped_before_submitting(attempt, worker, authority), None
     try:
         with keep_alive(attempt):
             result = client.apply_operation(
                 operation.order_id,
                 operation_key=operation.key,
                 delivery_date=operation.delivery_date,
-                expected_version=proposal.evidence_order_version,
+                expected_version=authority.evidence_order_version,
                 fencing_token=attempt.fencing_token,
-                approval_grant=approval.grant,
+                approval_grant=authority.grant,
             )
     except OrderSystemError as exc:
-        return attempt_record_refusal(attempt, worker, exc)
+        return attempt_record_refusal(attempt, worker, exc), None
     _reached("after_submit")
-    return attempt_record_applied(attempt, worker, result)
+    return _record_applied(attempt, worker, result, then_notify=then_notify)
 
 
-def _may_have_been_sent(attempt: Attempt) -> str:
+def _may_have_been_sent(attempt: Attempt, claimed: Claimed | None = None) -> str:
     """Why the operation may already be at the order system, or '' when these records prove
     nothing could have been sent: no attempt of it ever got as far as submitting
     (``Attempt.submitted_at`` is null on every one) and the case was never recovered after a
-    restore. Only then does the write go without a look first."""
+    restore. Only then does the write go without a look first. The claim already read both
+    (``claimed``): then only a yes is looked at again, for its words."""
+    if claimed is not None and not (claimed.earlier_submitted or claimed.restored):
+        return ""
     earlier = (
         Attempt.objects.filter(operation_id=attempt.operation_id, submitted_at__isnull=False)
         .exclude(pk=attempt.pk)
@@ -230,8 +321,8 @@ def _may_have_been_sent(attempt: Attempt) -> str:
 
 
 def _look_before_write(
-    attempt: Attempt, client: OrderSystemClient, worker: Worker, why: str
-) -> str | None:
+    attempt: Attempt, client: OrderSystemClient, worker: Worker, why: str, *, then_notify: bool
+) -> tuple[str, Notify | None] | None:
     """Read the operation by key from the consistent lookup. Returns the step's outcome when
     the look settles it (found, or the lookup failed), ``None`` when it is proven not applied
     yet and the write may go (with the same key and this attempt's fencing token)."""
@@ -243,7 +334,7 @@ def _look_before_write(
         return None
     except OrderSystemError as exc:
         # Not proof either way: nothing is written on a guess.
-        return attempt_record_refusal(attempt, worker, exc)
+        return attempt_record_refusal(attempt, worker, exc), None
     intended = (
         record.order_id == operation.order_id
         and record.delivery_date == operation.delivery_date
@@ -251,17 +342,18 @@ def _look_before_write(
         and record.order_version is not None
     )
     if not intended:
-        return _finish(
-            attempt,
-            worker,
-            EndedLookupMismatch(
-                f"{operation.key} exists at the order system with another change "
-                f"({record.order_id} → {record.delivery_date}, {record.status}); "
-                "a person must look"
-            ),
+        ended = EndedLookupMismatch(
+            f"{operation.key} exists at the order system with another change "
+            f"({record.order_id} → {record.delivery_date}, {record.status}); "
+            "a person must look"
         )
-    return attempt_record_applied(
-        attempt, worker, _looked_up(record), looked_up=f"{why}; the consistent lookup found it"
+        return _finish(attempt, worker, ended), None
+    return _record_applied(
+        attempt,
+        worker,
+        _looked_up(record),
+        looked_up=f"{why}; the consistent lookup found it",
+        then_notify=then_notify,
     )
 
 
@@ -277,23 +369,52 @@ def _looked_up(record: OperationRecord) -> OperationResult:
     )
 
 
-def _stopped_before_submitting(attempt: Attempt, worker: Worker) -> str:
-    """The attempt stopped being current before its write left. Asked to stop (a cancellation
-    or a revocation recorded during the claim), it acknowledges at once: worker stopped, slot
-    released, and the case settles -- instead of staying 'applying' until its lease runs out.
-    Otherwise (lease expired, fenced) the watchdog or the new owner already decides."""
-    if Attempt.objects.filter(pk=attempt.pk, state=Attempt.State.CANCEL_REQUESTED).exists():
+def _stopped_before_submitting(attempt: Attempt, worker: Worker, authority: _Authority) -> str:
+    """The write may not leave (:func:`_mark_submitting` refused). Asked to stop (a
+    cancellation or a revocation recorded during the claim), the attempt acknowledges at once:
+    worker stopped, slot released, and the case settles -- instead of staying 'applying' until
+    its lease runs out. Still running, its approval lapsed meanwhile: ended as expired, nothing
+    sent. Otherwise (lease expired, fenced) the watchdog or the new owner already decides."""
+    state = Attempt.objects.filter(pk=attempt.pk).values_list("state", flat=True).first()
+    if state == Attempt.State.CANCEL_REQUESTED:
         attempt_acknowledge_cancel(attempt_id=attempt.pk, worker=worker)
         return "cancel acknowledged"
+    if state == Attempt.State.RUNNING and not _approval_live(authority, timezone.now()).exists():
+        ended = EndedApprovalExpired("The approval expired before the change was sent")
+        return _finish(attempt, worker, ended)
     return "stale: stopped before submitting"
 
 
-def _mark_submitting(attempt: Attempt) -> bool:
-    """Durably note that the write may leave now, while the attempt is still current."""
+def _approval_live(authority: _Authority, now: dt.datetime) -> QuerySet[Approval]:
+    """The approval the attempt sends under, if it still authorizes the change at ``now`` (as
+    ``approvals.services.live_approval``)."""
+    return Approval.objects.filter(
+        pk=authority.approval_id,
+        proposal__status=Proposal.Status.APPROVED,
+        decision=Approval.Decision.APPROVED,
+        revoked_at__isnull=True,
+        expires_at__gt=now,
+    )
+
+
+def _mark_submitting(attempt: Attempt, authority: _Authority | None = None) -> bool:
+    """Durably note that the write may leave now, in one statement that also renews the lease:
+    only while the attempt is current, its lease unexpired and the approval it sends under
+    (``authority``) still live."""
+    now = timezone.now()
+    live = [] if authority is None else [Exists(_approval_live(authority, now))]
     return bool(
         Attempt.objects.filter(
-            pk=attempt.pk, state=Attempt.State.RUNNING, fencing_token=attempt.fencing_token
-        ).update(submitted_at=timezone.now())
+            *live,
+            pk=attempt.pk,
+            state=Attempt.State.RUNNING,
+            fencing_token=attempt.fencing_token,
+            lease_expires_at__gt=now,
+        ).update(
+            submitted_at=now,
+            heartbeat_at=now,
+            lease_expires_at=now + dt.timedelta(seconds=lease_seconds(attempt.kind)),
+        )
     )
 
 
@@ -303,8 +424,23 @@ def attempt_record_applied(
     """The order system applied (or replayed) the operation — or the consistent lookup shows it
     applied (``looked_up`` says why it was looked for): that is a fact, recorded as evidence
     whatever happened to the attempt meanwhile."""
+    return _record_applied(attempt, worker, result, looked_up=looked_up)[0]
+
+
+def _record_applied(
+    attempt: Attempt,
+    worker: Worker,
+    result: OperationResult,
+    *,
+    looked_up: str = "",
+    then_notify: bool = False,
+) -> tuple[str, Notify | None]:
+    """:func:`attempt_record_applied`; with ``then_notify`` the notification's start (the next
+    step) is recorded in the same transaction when the attempt is still current, and how it is
+    to go is returned with the outcome."""
     now = timezone.now()
-    with case_step(attempt.case_id, actor=worker) as case:
+    plan: Notify | None = None
+    with case_step(attempt.case_id, actor=worker, related=WORKER_RELATED) as case:
         operation = Operation.objects.select_for_update().get(pk=attempt.operation_id)
         unexpected = (
             result.replayed
@@ -340,8 +476,11 @@ def attempt_record_applied(
                 "already have been told",
                 detail={"operation_key": operation.key, "attempt": attempt.reference},
             )
+        # Still current: the step is confirmed and the lease renewed for the steps after it.
         current = Attempt.objects.filter(pk=attempt.pk, state=Attempt.State.RUNNING).update(
-            last_confirmed_step=Attempt.Step.APPLIED
+            last_confirmed_step=Attempt.Step.APPLIED,
+            heartbeat_at=now,
+            lease_expires_at=now + dt.timedelta(seconds=lease_seconds(attempt.kind)),
         )
         case.last_checked_order_version = result.order_version
         bump_and_save(case, ["last_checked_order_version", *retries_reset(case, "apply")])
@@ -356,7 +495,7 @@ def attempt_record_applied(
             event=None,
             finished_at=now,
         )
-        record_event(
+        step = record_event(
             case=case,
             action=Action.STEP_APPLIED if current else Action.ATTEMPT_LATE_RESULT_RECORDED,
             actor=worker,
@@ -388,7 +527,12 @@ def attempt_record_applied(
                 "steps run.",
                 detail={"attempt": attempt.reference, "revoked": bool(case.revoked_at)},
             )
-    return "confirmed" if current else "late: recorded as evidence"
+        attempt.operation = operation  # as locked and confirmed here
+        if current and then_notify and operation.notified_at is None:
+            attempt.case = case
+            # The chain's head is the step's event, recorded just now under this lock.
+            plan = _notify_begin(case, attempt, worker, head=step.hash)
+    return ("confirmed" if current else "late: recorded as evidence"), plan
 
 
 def attempt_record_refusal(attempt: Attempt, worker: Worker, exc: OrderSystemError) -> str:
@@ -432,15 +576,25 @@ def _message_id(key: str) -> str:
 
 
 def _may_have_been_told(case: Case, operation: Operation, key: str) -> str:
-    """Why the customer may already have been told about this operation, or ''."""
-    events = CaseEvent.objects.filter(case=case, detail__notify_key=key)
-    started = events.filter(action=Action.NOTIFICATION_SENDING).count()
-    if started > events.filter(action=Action.NOTIFICATION_FAILED).count():
+    """Why the customer may already have been told about this operation, or '' (one read of the
+    case's events: sends of ``key`` begun and failed, and restore findings about the operation,
+    whether the recovery found it applied or a first send was answered "already applied")."""
+    restore_findings = [Action.RESTORE_APPLIED_BEFORE_RESTORE, Action.RESTORE_UNEXPECTED_REPLAY]
+    seen = (
+        CaseEvent.objects.filter(case=case)
+        .filter(
+            Q(detail__notify_key=key)
+            | Q(action__in=restore_findings, detail__operation_key=operation.key)
+        )
+        .aggregate(
+            started=Count("pk", filter=Q(action=Action.NOTIFICATION_SENDING)),
+            failed=Count("pk", filter=Q(action=Action.NOTIFICATION_FAILED)),
+            restored=Count("pk", filter=Q(action__in=restore_findings)),
+        )
+    )
+    if seen["started"] > seen["failed"]:
         return f"a send of {key} was recorded before and never confirmed"
-    if events.filter(
-        action__in=[Action.RESTORE_APPLIED_BEFORE_RESTORE, Action.RESTORE_UNEXPECTED_REPLAY],
-        detail__operation_key=operation.key,
-    ).exists():
+    if seen["restored"]:
         return (
             f"{operation.key} was applied after the backup these records were restored from, "
             "and what followed it there is not in them"
@@ -448,24 +602,60 @@ def _may_have_been_told(case: Case, operation: Operation, key: str) -> str:
     return ""
 
 
-def _notify(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
-    case, operation = attempt.case, attempt.operation
+class Notify(enum.Enum):
+    """How the notification step goes, decided (and its start recorded) under the case lock."""
+
+    SEND = "send"  # the send is recorded as started: send it, then confirm it
+    NO_ADDRESS = "no_address"  # nothing to send: confirm the step
+    UNCERTAIN = "uncertain"  # it may already have gone: not sent, a person confirms
+
+
+def _notify_begin(
+    case: Case, attempt: Attempt, worker: Worker, *, head: str | None = None
+) -> Notify:
+    """Decide the notification under the case lock the caller holds, and record its start
+    (``head``: the audit chain's head, when the caller just recorded an event)."""
+    operation = attempt.operation
+    address = case.account.email
+    if not address:
+        return Notify.NO_ADDRESS
+    key = notification_key(operation)
+    why = _may_have_been_told(case, operation, key)
+    if why:
+        _notification_uncertain(case, attempt, worker, key, address, why, head=head)
+        return Notify.UNCERTAIN
+    # Recorded before the send: a send that dies before its confirmation is recognisable
+    # afterwards, and never repeated blindly.
+    record_fact(
+        case=case,
+        action=Action.NOTIFICATION_SENDING,
+        actor=worker,
+        reason=f"Notifying the customer at {address} ({key})",
+        detail={"attempt": attempt.reference, "notify_key": key},
+        head=head,
+    )
+    return Notify.SEND
+
+
+def _notify(attempt: Attempt, worker: Worker, plan: Notify | None) -> str:
+    """Tell the customer (``plan``: begun with the apply's answer; None: begin here), then
+    confirm the step and close the case in one transaction. Returns "confirmed" when only the
+    close is left."""
+    operation = attempt.operation
+    if plan is None:
+        try:
+            attempt_heartbeat(attempt_id=attempt.pk, fencing_token=attempt.fencing_token)
+        except StaleAttempt:
+            return "stale: stopped before doing anything more"
+        with case_step(attempt.case_id, actor=worker, related=WORKER_RELATED) as case:
+            attempt.case = case
+            plan = _notify_begin(case, attempt, worker)
+    if plan is Notify.UNCERTAIN:
+        return "confirmed"
+    case = attempt.case
     address = case.account.email
     key = notification_key(operation)
-    if address:
-        with case_step(case.pk, actor=worker) as case:
-            why = _may_have_been_told(case, operation, key)
-            if why:
-                return _notification_uncertain(case, attempt, worker, key, address, why)
-            # Recorded before the send: a send that dies before its confirmation is
-            # recognisable afterwards, and never repeated blindly.
-            record_fact(
-                case=case,
-                action=Action.NOTIFICATION_SENDING,
-                actor=worker,
-                reason=f"Notifying the customer at {address} ({key})",
-                detail={"attempt": attempt.reference, "notify_key": key},
-            )
+    if plan is Notify.SEND:
         try:
             EmailMessage(
                 subject=f"Your delivery for order {operation.order_id} is moved",
@@ -481,26 +671,33 @@ def _notify(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
         except Exception as exc:  # noqa: BLE001 - any mail failure is a transient step failure
             _notification_not_sent(case.pk, attempt, worker, key, exc)
             return _finish(attempt, worker, EndedTransient(f"notification failed: {exc}"))
-    with case_step(case.pk, actor=worker) as case:
+    with case_step(case.pk, actor=worker, related=WORKER_RELATED) as case:
         Operation.objects.filter(pk=operation.pk, notified_at__isnull=True).update(
             notified_at=timezone.now()
         )
-        Attempt.objects.filter(pk=attempt.pk).update(last_confirmed_step=Attempt.Step.NOTIFIED)
-        record_fact(
+        notified = record_fact(
             case=case,
             action=Action.STEP_NOTIFIED,
             actor=worker,
             reason=f"Customer notified at {address} ({key})"
-            if address
+            if plan is Notify.SEND
             else "No customer address on file: nothing sent",
-            detail={"attempt": attempt.reference, "notify_key": key if address else None},
+            detail={
+                "attempt": attempt.reference,
+                "notify_key": key if plan is Notify.SEND else None,
+            },
         )
-    return "confirmed"
+        if case.status != Status.APPLYING:
+            Attempt.objects.filter(pk=attempt.pk).update(last_confirmed_step=Attempt.Step.NOTIFIED)
+            return "stale: the case moved on"
+        # The chain's head is the step's event, recorded just now under this lock.
+        _close_locked(case, attempt, worker, head=notified.hash)
+    return "done"
 
 
 def _notification_not_sent(case_id: int, attempt: Attempt, worker: Worker, key: str, exc) -> None:
     """The mail backend refused the message: it did not go, so the next run sends it again."""
-    with case_step(case_id, actor=worker) as case:
+    with case_step(case_id, actor=worker, related=WORKER_RELATED) as case:
         record_fact(
             case=case,
             action=Action.NOTIFICATION_FAILED,
@@ -512,7 +709,14 @@ def _notification_not_sent(case_id: int, attempt: Attempt, worker: Worker, key: 
 
 
 def _notification_uncertain(
-    case: Case, attempt: Attempt, worker: Worker, key: str, address: str, why: str
+    case: Case,
+    attempt: Attempt,
+    worker: Worker,
+    key: str,
+    address: str,
+    why: str,
+    *,
+    head: str | None = None,
 ) -> str:
     """The customer may already have been told: not sent again, shown on the case for a person
     to confirm (the step counts as done; ``notified_at`` stays empty until someone does)."""
@@ -529,6 +733,7 @@ def _notification_uncertain(
         actor=worker,
         reason=f"Notification may have gone twice if sent now: {why}. Not re-sent",
         detail={"attempt": attempt.reference, "notify_key": key, "address": address},
+        head=head,
     )
     return "confirmed"
 
@@ -537,31 +742,37 @@ def _notification_uncertain(
 
 
 def _close(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
-    with case_step(attempt.case_id, actor=worker) as case:
+    with case_step(attempt.case_id, actor=worker, related=WORKER_RELATED) as case:
+        if case.status == Status.DONE:
+            return "done"  # closed already (run again, or by settlement): nothing left
         if case.status != Status.APPLYING:
             return "stale: the case moved on"
-        # The completion below names the attempt.
-        attempt_finish(
-            attempt,
-            Attempt.State.SUCCEEDED,
-            case=case,
-            actor=worker,
-            expected=Attempt.State.values,
-            event=None,
-            last_confirmed_step=Attempt.Step.CLOSED,
-        )
-        case_complete(
-            case,
-            actor=worker,
-            reason=f"{attempt.operation.key} confirmed at order version "
-            f"{attempt.operation.result_order_version} and the customer notified.",
-            detail={"attempt": attempt.reference},
-            apply_authorized_by=None,
-        )
+        _close_locked(case, attempt, worker)
     return "done"
 
 
-_STEP_RUNNERS = {"apply": _apply, "notify": _notify, "close": _close}
+def _close_locked(case: Case, attempt: Attempt, worker: Worker, *, head: str | None = None) -> None:
+    """The last step, under the case lock the caller holds: the attempt succeeded and the case
+    is complete (``head``: the audit chain's head, when the caller just recorded an event)."""
+    # The completion below names the attempt.
+    attempt_finish(
+        attempt,
+        Attempt.State.SUCCEEDED,
+        case=case,
+        actor=worker,
+        expected=Attempt.State.values,
+        event=None,
+        last_confirmed_step=Attempt.Step.CLOSED,
+    )
+    case_complete(
+        case,
+        actor=worker,
+        reason=f"{attempt.operation.key} confirmed at order version "
+        f"{attempt.operation.result_order_version} and the customer notified.",
+        detail={"attempt": attempt.reference},
+        apply_authorized_by=None,
+        head=head,
+    )
 
 
 # --- outcomes ------------------------------------------------------------------------------
@@ -742,7 +953,7 @@ def _finish(attempt: Attempt, worker: Worker, ending: Ending) -> str:
     attempt of an applying case moves it (``ending.settle``); an attempt asked to stop settles
     as a stop; any other late ending is recorded and changes nothing. Returns the outcome."""
     now = timezone.now()
-    with case_step(attempt.case_id, actor=worker) as case:
+    with case_step(attempt.case_id, actor=worker, related=WORKER_RELATED) as case:
         fresh = Attempt.objects.select_for_update().get(pk=attempt.pk)
         current = fresh.state == Attempt.State.RUNNING
         cancelling = fresh.state == Attempt.State.CANCEL_REQUESTED

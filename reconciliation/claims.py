@@ -12,20 +12,24 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Max
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
+from approvals.models import Operation, Proposal
 from cases.attempts import attempt_finish
 from cases.codes import Action
 from cases.exceptions import CaseError
-from cases.fencing import next_fencing_token
+from cases.fencing import FENCING_SEQUENCE, next_fencing_token
 from cases.kernel import (
     Actor,
     Worker,
@@ -33,14 +37,22 @@ from cases.kernel import (
     apply_transition,
     bump_and_save,
     case_step,
+    event_row,
     lock_case,
     record_event,
     record_fact,
     user_or_none,
 )
-from cases.models import Attempt, Case, Status, WaitingOn
+from cases.models import (
+    Attempt,
+    CancellationRequest,
+    Case,
+    CaseEvent,
+    Status,
+    SystemMarker,
+    WaitingOn,
+)
 from reconciliation.complete import case_complete
-from reconciliation.restored import restore_guard
 
 logger = logging.getLogger(__name__)
 
@@ -121,89 +133,591 @@ def _claim_guards(case: Case, *, worker: Actor, now: dt.datetime):
     return operation, approval
 
 
+class SourceCheckDue(Exception):  # noqa: N818 - a signal to the caller, not an error
+    """The claim would allow a write while no clean comparison with the order system is recent:
+    the caller compares (``restore_detected_at_source``) outside any transaction, then claims
+    again with ``source_checked=True``."""
+
+
+@dataclass
+class Claimed:
+    """A won claim with what the claim read under the case lock, so the steps that follow do not
+    read it again: the case (with its account), the operation, the approval's grant, and whether
+    the operation may already be at the order system."""
+
+    attempt: Attempt
+    case: Case
+    operation: Operation
+    approval_id: int | None
+    approval_reference: str | None
+    approval_grant: str
+    evidence_order_version: int
+    earlier_submitted: bool
+    restored: bool
+
+
+def _claim_query(now: dt.datetime) -> QuerySet[Proposal]:
+    """One read of everything a claim decides on, joined from the case's open proposal (a case
+    has at most one, ``proposal_one_open_per_case``): the case and its account, the operation,
+    the live approval, a pending cancellation, the autonomy of the order system, the chain's
+    head and the attempt count, the restore markers and, on PostgreSQL, the next fencing token.
+    Each guard here mirrors its service (``approvals.services.live_approval``, ``open_proposal``,
+    ``reconciliation.selectors.current_autonomy``, ``reconciliation.restored``); a claim these
+    refuse is refused again by the services, which say why."""
+    from approvals.models import Approval
+    from reconciliation.models import OrderSystemProfile
+    from reconciliation.restored import MARKER, SOURCE_MARKER
+    from reconciliation.selectors import normalised_url
+
+    live = Approval.objects.filter(
+        proposal__case_id=OuterRef("case_id"),
+        proposal__status=Proposal.Status.APPROVED,
+        decision=Approval.Decision.APPROVED,
+        revoked_at__isnull=True,
+        expires_at__gt=now,
+    ).order_by("-decided_at")
+    marker = SystemMarker.objects.filter(name=MARKER)
+    annotations: dict[str, Any] = {
+        "pending_cancel": Exists(
+            CancellationRequest.objects.filter(case_id=OuterRef("case_id"), outcome="pending")
+        ),
+        "approval_id": Subquery(live.values("pk")[:1]),
+        "approval_reference": Subquery(live.values("reference")[:1]),
+        "approval_grant": Subquery(live.values("grant")[:1]),
+        "autonomy": Subquery(
+            OrderSystemProfile.objects.filter(base_url=normalised_url(settings.ORDER_SYSTEM_URL))
+            .order_by("-probed_at", "-id")
+            .values("autonomy")[:1]
+        ),
+        "earlier_submitted": Exists(
+            Attempt.objects.filter(
+                operation_id=OuterRef("operation_id"), submitted_at__isnull=False
+            )
+        ),
+        "restored": Exists(
+            CaseEvent.objects.filter(case_id=OuterRef("case_id")).filter(
+                Q(detail__transition="hold_for_recovery")
+                | Q(action=Action.RESTORE_UNEXPECTED_REPLAY)
+            )
+        ),
+        "head": Subquery(
+            CaseEvent.objects.filter(case_id=OuterRef("case_id")).order_by("-id").values("hash")[:1]
+        ),
+        "last_sequence": Subquery(
+            Attempt.objects.filter(case_id=OuterRef("case_id"))
+            .order_by("-sequence")
+            .values("sequence")[:1]
+        ),
+        "marker_identity": Subquery(marker.values("identity")[:1]),
+        "marker_epoch": Subquery(marker.values("epoch")[:1]),
+        "source_checked_at": Subquery(
+            SystemMarker.objects.filter(name=SOURCE_MARKER).values("updated_at")[:1]
+        ),
+    }
+    if connection.vendor == "postgresql":
+        annotations["token"] = RawSQL("nextval(%s)", [FENCING_SEQUENCE])
+    return (
+        Proposal.objects.filter(status__in=Proposal.OPEN)
+        .select_related("operation", "case", "case__account")
+        .annotate(**annotations)
+    )
+
+
+@dataclass
+class _ClaimRow:
+    """What the claim read, the same from either reader: the open proposal with its case (and
+    the case's account) and operation, and every guard's value."""
+
+    proposal: Proposal
+    case: Case
+    operation: Operation | None
+    case_id: int
+    evidence_order_version: int
+    pending_cancel: bool
+    approval_id: int | None
+    approval_reference: str | None
+    approval_grant: str | None
+    autonomy: str | None
+    earlier_submitted: bool
+    restored: bool
+    head: str | None
+    last_sequence: int | None
+    marker_identity: str | None
+    marker_epoch: int | None
+    source_checked_at: dt.datetime | None
+    token: int | None = None
+
+    @classmethod
+    def from_orm(cls, row: Any) -> _ClaimRow:
+        return cls(
+            proposal=row,
+            case=row.case,
+            operation=row.operation,
+            **{name: getattr(row, name) for name in _GUARD_COLUMNS},
+            token=getattr(row, "token", None),
+        )
+
+
+_GUARD_COLUMNS = (
+    "case_id",
+    "evidence_order_version",
+    "pending_cancel",
+    "approval_id",
+    "approval_reference",
+    "approval_grant",
+    "autonomy",
+    "earlier_submitted",
+    "restored",
+    "head",
+    "last_sequence",
+    "marker_identity",
+    "marker_epoch",
+    "source_checked_at",
+)
+
+
+def _claim_read(
+    now: dt.datetime, *, case_id: int | None = None, skip: set[int] | None = None
+) -> _ClaimRow | None:
+    """The claim's one locked read: of ``case_id``'s open proposal, or (``case_id`` None) of
+    the ready case due longest, not in ``skip`` and not on a sandbox order, skipping rows
+    another claimer holds. On PostgreSQL it is one statement written out (``_PG_CLAIM``: the
+    ORM's query, compiled afresh on every claim, cost more than the rest of the claim); on
+    other databases the ORM's ``_claim_query``. ``tests/reconciliation/test_hot_path.py``
+    checks that both read the same."""
+    if connection.vendor == "postgresql":
+        return _claim_read_sql(now, case_id=case_id, skip=skip or set())
+    return _claim_read_orm(now, case_id=case_id, skip=skip or set())
+
+
+def _claim_read_orm(now: dt.datetime, *, case_id: int | None, skip: set[int]) -> _ClaimRow | None:
+    query = _claim_query(now)
+    if case_id is not None:
+        query = query.filter(case_id=case_id).order_by("created_at")
+        if connection.vendor == "postgresql":
+            query = query.select_for_update(of=("case",))
+    else:
+        query = (
+            query.filter(case__status=Status.READY, case__next_check_at__lte=now)
+            .exclude(case__order_id__in=settings.ORDER_SYSTEM_SANDBOX_ORDERS)
+            .exclude(case_id__in=skip)
+            .order_by("case__next_check_at")
+        )
+        if connection.vendor == "postgresql":
+            query = query.select_for_update(of=("case",), skip_locked=True)
+    row = query.first()
+    return None if row is None else _ClaimRow.from_orm(row)
+
+
+def _columns(model: Any, alias: str) -> str:
+    return ", ".join(f'{alias}."{field.column}"' for field in model._meta.concrete_fields)
+
+
+def _load(model: Any, values: tuple[Any, ...]) -> Any:
+    """A model instance from its columns as selected by :func:`_columns`, with each field's
+    own conversion from the database (the JSON fields)."""
+    fields = model._meta.concrete_fields
+    converted = [
+        field.from_db_value(value, None, connection)
+        if value is not None and hasattr(field, "from_db_value")
+        else value
+        for field, value in zip(fields, values, strict=True)
+    ]
+    return model.from_db(connection.alias, [field.attname for field in fields], converted)
+
+
+@functools.cache
+def _pg_claim_sql(next_due: bool) -> str:
+    from approvals.models import Approval
+    from reconciliation.models import OrderSystemProfile
+
+    account = Case._meta.get_field("account").related_model
+    t = {
+        "proposal": Proposal._meta.db_table,
+        "operation": Operation._meta.db_table,
+        "case": Case._meta.db_table,
+        "account": account._meta.db_table,
+        "approval": Approval._meta.db_table,
+        "cancellation": CancellationRequest._meta.db_table,
+        "profile": OrderSystemProfile._meta.db_table,
+        "attempt": Attempt._meta.db_table,
+        "event": CaseEvent._meta.db_table,
+        "marker": SystemMarker._meta.db_table,
+    }
+    live = (
+        f"FROM {t['approval']} ap JOIN {t['proposal']} pp ON pp.id = ap.proposal_id "
+        "WHERE pp.case_id = c.id AND pp.status = %(approved)s AND ap.decision = %(approved)s "
+        "AND ap.revoked_at IS NULL AND ap.expires_at > %(now)s ORDER BY ap.decided_at DESC LIMIT 1"
+    )
+    select = f"""
+        SELECT {_columns(Proposal, "p")}, {_columns(Operation, "o")},
+               {_columns(Case, "c")}, {_columns(account, "a")},
+               EXISTS (SELECT 1 FROM {t["cancellation"]} x
+                       WHERE x.case_id = c.id AND x.outcome = 'pending'),
+               (SELECT ap.id {live}), (SELECT ap.reference {live}), (SELECT ap."grant" {live}),
+               (SELECT f.autonomy FROM {t["profile"]} f WHERE f.base_url = %(url)s
+                ORDER BY f.probed_at DESC, f.id DESC LIMIT 1),
+               EXISTS (SELECT 1 FROM {t["attempt"]} s
+                       WHERE s.operation_id = o.id AND s.submitted_at IS NOT NULL),
+               EXISTS (SELECT 1 FROM {t["event"]} e WHERE e.case_id = c.id
+                       AND (e.detail ->> 'transition' = 'hold_for_recovery'
+                            OR e.action = %(replay)s)),
+               (SELECT e.hash FROM {t["event"]} e WHERE e.case_id = c.id
+                ORDER BY e.id DESC LIMIT 1),
+               (SELECT max(s.sequence) FROM {t["attempt"]} s WHERE s.case_id = c.id),
+               (SELECT m.identity FROM {t["marker"]} m WHERE m.name = %(marker)s),
+               (SELECT m.epoch FROM {t["marker"]} m WHERE m.name = %(marker)s),
+               (SELECT m.updated_at FROM {t["marker"]} m WHERE m.name = %(source)s),
+               nextval('{FENCING_SEQUENCE}')
+        FROM {t["proposal"]} p
+        JOIN {t["case"]} c ON c.id = p.case_id
+        JOIN {t["account"]} a ON a.id = c.account_id
+        LEFT JOIN {t["operation"]} o ON o.id = p.operation_id
+        WHERE p.status = ANY(%(open)s)"""  # noqa: S608 - identifiers from the models' metadata
+    if next_due:
+        return (
+            select
+            + """ AND c.status = %(ready)s AND c.next_check_at <= %(now)s
+              AND NOT (c.order_id = ANY(%(sandbox)s)) AND NOT (c.id = ANY(%(skip)s))
+            ORDER BY c.next_check_at LIMIT 1 FOR UPDATE OF c SKIP LOCKED"""
+        )
+    return select + " AND p.case_id = %(case)s ORDER BY p.created_at LIMIT 1 FOR UPDATE OF c"
+
+
+def _prepared_cursor() -> Any:
+    """A cursor that binds its parameters on the server, so that PostgreSQL can keep the
+    statement prepared (psycopg prepares it once the connection ran it ``prepare_threshold``
+    times, ``DB_PREPARE_THRESHOLD``): planning the claim's read costs several times running it.
+    Django's own cursors bind on the client (the values become part of the text, which is
+    never the same twice). Wrapped as Django wraps its own, so query logs and execute
+    wrappers see it."""
+    import psycopg
+
+    connection.ensure_connection()
+    raw = psycopg.Cursor(connection.connection)
+    return connection._prepare_cursor(raw)  # type: ignore[attr-defined]  # noqa: SLF001 - Django's own wrapping
+
+
+def _claim_read_sql(now: dt.datetime, *, case_id: int | None, skip: set[int]) -> _ClaimRow | None:
+    from reconciliation.restored import MARKER, SOURCE_MARKER
+    from reconciliation.selectors import normalised_url
+
+    params: dict[str, Any] = {
+        "approved": Proposal.Status.APPROVED.value,
+        "now": now,
+        "url": normalised_url(settings.ORDER_SYSTEM_URL),
+        "replay": Action.RESTORE_UNEXPECTED_REPLAY.value,
+        "marker": MARKER,
+        "source": SOURCE_MARKER,
+        "open": [str(status) for status in Proposal.OPEN],
+        "ready": Status.READY.value,
+        "case": case_id,
+        "sandbox": list(settings.ORDER_SYSTEM_SANDBOX_ORDERS),
+        "skip": sorted(skip),
+    }
+    with _prepared_cursor() as cursor:
+        cursor.execute(_pg_claim_sql(case_id is None), params)
+        values = cursor.fetchone()
+    if values is None:
+        return None
+    account = Case._meta.get_field("account").related_model
+    widths = [len(m._meta.concrete_fields) for m in (Proposal, Operation, Case, account)]
+    parts, at = [], 0
+    for width in widths:
+        parts.append(tuple(values[at : at + width]))
+        at += width
+    proposal = _load(Proposal, parts[0])
+    operation = None if parts[1][0] is None else _load(Operation, parts[1])
+    case = _load(Case, parts[2])
+    case.account = _load(account, parts[3])
+    proposal.case = case
+    proposal.operation = operation
+    # The guards in the statement's order: _GUARD_COLUMNS after the two the proposal holds.
+    *read, token = values[at:]
+    return _ClaimRow(
+        proposal=proposal,
+        case=case,
+        operation=operation,
+        case_id=case.pk,
+        evidence_order_version=proposal.evidence_order_version,
+        **dict(zip(_GUARD_COLUMNS[2:], read, strict=True)),
+        token=token,
+    )
+
+
+def _claim_refusal(row: _ClaimRow, *, now: dt.datetime, version: int | None) -> ClaimRefused | None:
+    """The guard the row read by :func:`_claim_query` fails, or None when the claim may go."""
+    from reconciliation.models import Autonomy
+    from reconciliation.restored import RecoveryRequired, restore_detected_from
+
+    case: Case = row.case
+    why = restore_detected_from(row.marker_identity, row.marker_epoch)
+    if why:
+        raise RecoveryRequired(
+            f"Recovery after restore is required: {why}. Run `manage.py recover_after_restore`."
+        )
+    if case.status != Status.READY or (version is not None and case.version != version):
+        return ClaimRefused("lost", reason="lost")
+    if (
+        case.revoked_at is not None
+        or not case.account.access_active
+        or row.pending_cancel
+        or row.operation is None
+    ):
+        return ClaimRefused("guard", reason="guard")
+    if row.operation.confirmed_at is None and (
+        row.approval_id is None
+        or row.evidence_order_version != case.last_checked_order_version
+        or (row.autonomy != Autonomy.AUTONOMOUS and case.apply_authorized_by_id is None)
+    ):
+        return ClaimRefused("guard", reason="guard")
+    return None
+
+
+def _claim_won(
+    row: _ClaimRow, *, worker: Worker, kind: str, now: dt.datetime, source_checked: bool
+) -> Claimed:
+    """Write the won claim under the lock the read took: the case, its attempt, its event."""
+    from reconciliation.restored import source_check_due_from
+
+    case: Case = row.case
+    operation = row.operation
+    assert operation is not None  # _claim_refusal refuses a proposal without one
+    if (
+        not source_checked
+        and operation.confirmed_at is None
+        and source_check_due_from(row.source_checked_at, now)
+    ):
+        raise SourceCheckDue
+    lease = now + dt.timedelta(seconds=lease_seconds(kind))
+    version = case.version
+    case.claim()  # the transition in memory; the compare-and-set below is what writes it
+    case.version = version + 1
+    case.waiting_on, case.waiting_reason = WaitingOn.WORKER, "A worker is applying the change"
+    # The watchdog's look: when the attempt's lease runs out without a heartbeat.
+    case.next_check_at, case.updated_at = lease, now
+    sequence = (row.last_sequence or 0) + 1
+    token = row.token if row.token is not None else next_fencing_token()
+    attempt = Attempt(
+        case=case,
+        operation=operation,
+        reference=f"{case.reference}-a{sequence}",
+        sequence=sequence,
+        kind=kind,
+        worker=worker.label,
+        started_by_id=case.apply_authorized_by_id,
+        fencing_token=token,
+        claimed_at=now,
+        lease_expires_at=lease,
+        heartbeat_at=now,
+    )
+    event = event_row(
+        case=case,
+        action=Action.CASE_CLAIMED,
+        actor=worker,
+        reason=f"{attempt.reference} claimed {operation.key} (token {attempt.fencing_token})",
+        from_status=Status.READY,
+        to_status=Status.APPLYING,
+        detail={
+            "attempt": attempt.reference,
+            "operation_key": operation.key,
+            "fencing_token": attempt.fencing_token,
+            "worker": worker.label,
+            "approval": row.approval_reference,
+            "lease_expires_at": attempt.lease_expires_at.isoformat(),
+        },
+        head=row.head or "",  # read with the case, under its lock ("": no event yet)
+    )
+    try:
+        # No savepoint: a refused insert ends the whole claim, which rolls back with it.
+        if connection.vendor == "postgresql":
+            _claim_write_sql(case, version, attempt, event)
+        else:
+            _claim_write_orm(case, version, attempt, event)
+    except IntegrityError:
+        raise ClaimRefused("Another attempt is already active.", reason="claimed") from None
+    attempt.case, attempt.operation = case, operation
+    return Claimed(
+        attempt=attempt,
+        case=case,
+        operation=operation,
+        approval_id=row.approval_id,
+        approval_reference=row.approval_reference,
+        approval_grant=row.approval_grant or "",
+        evidence_order_version=row.evidence_order_version,
+        earlier_submitted=row.earlier_submitted,
+        restored=row.restored,
+    )
+
+
+_CLAIMED_FIELDS = (
+    "status",
+    "version",
+    "waiting_on",
+    "waiting_reason",
+    "next_check_at",
+    "updated_at",
+)
+
+
+def _case_field(name: str) -> Any:
+    return Case._meta.get_field(name)
+
+
+def _claim_write_orm(case: Case, version: int, attempt: Attempt, event: CaseEvent) -> None:
+    """The won claim's writes through the ORM: the compare-and-set, the attempt, the event."""
+    moved = Case.objects.filter(pk=case.pk, status=Status.READY, version=version).update(
+        **{name: getattr(case, name) for name in _CLAIMED_FIELDS}
+    )
+    if not moved:  # the read locked the row: only a broken lock could get here
+        raise ClaimRefused(f"{case.reference} changed while it was claimed.", reason="claimed")
+    attempt.save(force_insert=True)
+    event.save(force_insert=True)
+
+
+def _insert_columns(instance: Any) -> tuple[list[str], list[Any]]:
+    """The columns of ``instance``'s row and their values as Django would write them."""
+    fields = [f for f in instance._meta.concrete_fields if not f.primary_key]
+    names = [f'"{f.column}"' for f in fields]
+    values = [f.get_db_prep_save(f.pre_save(instance, True), connection) for f in fields]
+    return names, values
+
+
+def _claim_write_sql(case: Case, version: int, attempt: Attempt, event: CaseEvent) -> None:
+    """The won claim's writes as one statement on PostgreSQL (bound on the server, so it stays
+    prepared): the compare-and-set of the case, and only if it moved the row, the attempt and
+    the claim's event. ``tests/reconciliation/test_hot_path.py`` checks it writes what
+    :func:`_claim_write_orm` writes."""
+    attempt_names, attempt_values = _insert_columns(attempt)
+    event_names, event_values = _insert_columns(event)
+    case_table = Case._meta.db_table
+    sets = ", ".join(f'"{_case_field(name).column}" = %s' for name in _CLAIMED_FIELDS)
+    sql = (
+        f'WITH claimed AS (UPDATE "{case_table}" SET {sets} '  # noqa: S608 - model metadata
+        f'WHERE "id" = %s AND "status" = %s AND "version" = %s RETURNING "id"), '
+        f'attempt AS (INSERT INTO "{Attempt._meta.db_table}" ({", ".join(attempt_names)}) '
+        f'SELECT {", ".join(["%s"] * len(attempt_values))} FROM claimed RETURNING "id"), '
+        f'event AS (INSERT INTO "{CaseEvent._meta.db_table}" ({", ".join(event_names)}) '
+        f'SELECT {", ".join(["%s"] * len(event_values))} FROM attempt RETURNING "id") '
+        "SELECT attempt.id, event.id FROM attempt, event"
+    )
+    params = [
+        *(
+            _case_field(name).get_db_prep_save(getattr(case, name), connection)
+            for name in _CLAIMED_FIELDS
+        ),
+        case.pk,
+        Status.READY.value,
+        version,
+        *attempt_values,
+        *event_values,
+    ]
+    with _prepared_cursor() as cursor:
+        cursor.execute(sql, params)
+        ids = cursor.fetchone()
+    if ids is None:  # the read locked the row: only a broken lock could get here
+        raise ClaimRefused(f"{case.reference} changed while it was claimed.", reason="claimed")
+    attempt.pk, event.pk = ids
+    for saved in (attempt, event):
+        saved._state.adding, saved._state.db = False, connection.alias
+
+
 def case_claim(
     *, case_id: int, worker: Worker, expected_version: int | None = None, kind: str = "apply"
 ) -> Attempt:
     """Start one attempt on a ready case, or refuse with the reason.
 
-    ``expected_version`` defaults to the version read here; the conditional UPDATE is what
-    decides between racing claimers (and a racing cancellation).
-    """
-    restore_guard()  # a database restored from a backup is reconciled before any claim
+    ``expected_version`` defaults to the version read here. Raises ``SourceCheckDue`` never:
+    this entry point claims without the comparison with the order system (``apply_case`` and
+    ``claim_next_due`` make it first)."""
+    return claim_case(
+        case_id=case_id,
+        worker=worker,
+        expected_version=expected_version,
+        kind=kind,
+        source_checked=True,
+    ).attempt
+
+
+def claim_case(
+    *,
+    case_id: int,
+    worker: Worker,
+    expected_version: int | None = None,
+    kind: str = "apply",
+    source_checked: bool = False,
+) -> Claimed:
+    """:func:`case_claim` returning what the claim read (``Claimed``). One transaction of four
+    queries on PostgreSQL: the guarded read that locks the case row, the case's update, the
+    attempt, the event. Any guard that fails is reported by :func:`_claim_refused`, which reads
+    the services' own view of it and moves the case where it belongs."""
     now = timezone.now()
+    with transaction.atomic():
+        row = _claim_read(now, case_id=case_id)
+        refusal = (
+            ClaimRefused("No approved proposal to apply.", reason="no_proposal")
+            if row is None
+            else _claim_refusal(row, now=now, version=expected_version)
+        )
+        if row is not None and refusal is None:
+            return _claim_won(row, worker=worker, kind=kind, now=now, source_checked=source_checked)
+    raise _claim_refused(case_id, worker=worker, expected_version=expected_version, now=now)
+
+
+def claim_next_due(
+    *,
+    worker: Worker,
+    kind: str = "apply",
+    skip: set[int] | None = None,
+    source_checked: bool = False,
+) -> Claimed | None:
+    """Claim the ready case that has been due longest, skipping cases another worker holds
+    (``SKIP LOCKED`` on PostgreSQL) and those in ``skip``; None when nothing is due. A case whose
+    guard refuses is moved where it belongs (:func:`_claim_refused`), added to ``skip`` and the
+    next one is tried. Cases on the sandbox orders are the drills' own and are never taken."""
+    skip = set() if skip is None else skip
+    while True:
+        now = timezone.now()
+        with transaction.atomic():
+            row = _claim_read(now, skip=skip)
+            if row is None:
+                return None
+            refusal = _claim_refusal(row, now=now, version=None)
+            if refusal is None:
+                return _claim_won(
+                    row, worker=worker, kind=kind, now=now, source_checked=source_checked
+                )
+        skip.add(row.case_id)
+        _claim_refused(row.case_id, worker=worker, expected_version=None, now=now)
+
+
+def _claim_refused(
+    case_id: int, *, worker: Worker, expected_version: int | None, now: dt.datetime
+) -> ClaimRefused:
+    """Why the claim did not go, as the services see it (read outside the claim's lock), after
+    moving the case where that guard puts it."""
     case = Case.objects.select_related("account").get(pk=case_id)
     version = case.version if expected_version is None else expected_version
     if case.status != Status.READY or case.version != version:
-        raise _lost(case, version)
+        return _lost(case, version)
     try:
-        # Read outside the write: every change to these guards bumps the case version
-        # (or is time, which the receiver checks again), so the compare-and-set below
-        # refuses a claim made on stale guards.
-        operation, approval = _claim_guards(case, worker=worker, now=now)
+        _claim_guards(case, worker=worker, now=now)
     except ClaimRefused as refusal:
         # The guards read rows one by one: a revocation (or any change) that committed
         # meanwhile closes the approval too, and must be reported as what it is, not as the
         # guard it happened to trip ("approval expired").
         fresh = Case.objects.get(pk=case.pk)
         if fresh.revoked_at is not None and refusal.extra.get("reason") != "revoked":
-            raise ClaimRefused(
-                f"Authority over {case.reference} was revoked.", reason="revoked"
-            ) from None
+            return ClaimRefused(f"Authority over {case.reference} was revoked.", reason="revoked")
         if fresh.status != Status.READY or fresh.version != version:
-            raise _lost(fresh, version) from None
+            return _lost(fresh, version)
         with transaction.atomic():
             _act_on_refusal(case.pk, version, refusal)
-        raise
-    with transaction.atomic():
-        won = Case.objects.filter(
-            pk=case.pk, status=Status.READY, version=version, revoked_at__isnull=True
-        ).update(
-            status=Status.APPLYING,
-            version=version + 1,
-            waiting_on=WaitingOn.WORKER,
-            waiting_reason="A worker is applying the change",
-            # The watchdog's look: when the attempt's lease runs out without a heartbeat.
-            next_check_at=now + dt.timedelta(seconds=lease_seconds(kind)),
-            updated_at=now,
-        )
-        if not won:
-            raise _lost(Case.objects.get(pk=case.pk), version)
-        case = lock_case(case.pk)
-        sequence = (case.attempts.aggregate(n=Max("sequence"))["n"] or 0) + 1
-        try:
-            with transaction.atomic():
-                attempt = Attempt.objects.create(
-                    case=case,
-                    operation=operation,
-                    reference=f"{case.reference}-a{sequence}",
-                    sequence=sequence,
-                    kind=kind,
-                    worker=worker.label,
-                    started_by_id=case.apply_authorized_by_id,
-                    fencing_token=next_fencing_token(),
-                    claimed_at=now,
-                    lease_expires_at=now + dt.timedelta(seconds=lease_seconds(kind)),
-                    heartbeat_at=now,
-                )
-        except IntegrityError:
-            raise ClaimRefused("Another attempt is already active.", reason="claimed") from None
-        record_event(
-            case=case,
-            action=Action.CASE_CLAIMED,
-            actor=worker,
-            reason=f"{attempt.reference} claimed {operation.key} (token {attempt.fencing_token})",
-            from_status=Status.READY,
-            to_status=Status.APPLYING,
-            detail={
-                "attempt": attempt.reference,
-                "operation_key": operation.key,
-                "fencing_token": attempt.fencing_token,
-                "worker": worker.label,
-                "approval": approval.reference if approval else None,
-                "lease_expires_at": attempt.lease_expires_at.isoformat(),
-            },
-        )
-    return attempt
+        return refusal
+    # The guards hold now: what the claim saw changed in between (a person answered): lost.
+    return ClaimRefused(
+        f"{case.reference} changed while it was claimed; try again.", reason="version_changed"
+    )
 
 
 def _lost(case: Case, version: int) -> ClaimRefused:

@@ -27,13 +27,15 @@ def case_complete(
     reason: str,
     transition: str = "complete",
     detail: dict[str, Any] | None = None,
+    head: str | None = None,
     **changes: Any,
 ) -> CaseEvent:
     """The change of ``case`` (locked by the caller) is applied: mark its pending cancellations
     as arrived after the change, then make ``transition`` (``complete``, or ``resume_steps``
     when steps after the apply remain). The note for those cancellations ends ``reason`` and
-    becomes the case's outstanding question; ``changes`` are saved with the transition (see
-    ``cases.kernel.apply_transition``)."""
+    becomes the case's outstanding question; ``changes`` are saved with the transition, and
+    ``head`` is the audit chain's head when the caller just recorded an event under the same
+    lock (see ``cases.kernel.apply_transition``)."""
     assert transition in COMPLETIONS, transition
     note = cancellations_mark_after_change(case)
     return apply_transition(
@@ -43,5 +45,6 @@ def case_complete(
         reason=f"{reason} {note}".strip(),
         detail=detail,
         outstanding_question=note or case.outstanding_question,
+        head=head,
         **changes,
     )

@@ -1,5 +1,9 @@
 """The dispatcher: enqueue due work once per due time.
 
+Ready cases are the exception in one respect: an apply task drains the due ready cases after
+its own (``reconciliation.apply.apply_due``), so a pass enqueues at most one apply per worker
+and leaves the rest of a backlog due for them (and for its next pass).
+
 A case is due when its ``next_check_at`` has passed. Enqueueing pushes ``next_check_at`` forward
 by the lease of that kind of work (``settings.LEASES``) with a compare-and-set on the due time
 read, in the same transaction, and enqueues only after it commits: of dispatchers racing for a
@@ -61,7 +65,16 @@ def dispatch_due(*, now: dt.datetime | None = None, limit: int = 200, run=None) 
         )
         if connection.vendor == "postgresql":
             due = due.select_for_update(skip_locked=True, of=("self",))
+        # An apply task takes each next due ready case itself once its own is done
+        # (``APPLY_DRAIN_SECONDS``): a pass starts only as many of them as there are workers and
+        # leaves the other ready cases due for them, instead of a task per case.
+        starters = settings.Q_CLUSTER["workers"] if settings.APPLY_DRAIN_SECONDS > 0 else limit
+        ready_picked = 0
         for pk, status, next_check in due.values_list("pk", "status", "next_check_at")[:limit]:
+            if status == Status.READY:
+                if ready_picked >= starters:
+                    continue
+                ready_picked += 1
             func, kind = tasks[Status(status)]
             lease = dt.timedelta(seconds=settings.LEASES[kind]["lease_seconds"])
             # Compare-and-set: only the dispatcher that moves this due time enqueues.

@@ -85,10 +85,18 @@ def restore_detected() -> str:
     marker = SystemMarker.objects.filter(name=MARKER).first()
     if marker is None:
         return ""
-    seen = _read_epoch(marker.identity)
-    if seen is not None and marker.epoch < seen:
+    return restore_detected_from(marker.identity, marker.epoch)
+
+
+def restore_detected_from(identity: str | None, epoch: int | None) -> str:
+    """:func:`restore_detected` for a marker the caller read itself (the claim reads it with the
+    case, in the same query): ``None`` means no marker yet."""
+    if identity is None or epoch is None:
+        return ""
+    seen = _read_epoch(identity)
+    if seen is not None and epoch < seen:
         return (
-            f"the database epoch {marker.epoch} is behind {seen}, the last this host saw: "
+            f"the database epoch {epoch} is behind {seen}, the last this host saw: "
             "it was restored from an older backup"
         )
     return ""
@@ -133,8 +141,13 @@ def source_check_forget() -> None:
 
 def source_check_due(now: dt.datetime | None = None) -> bool:
     marker = SystemMarker.objects.filter(name=SOURCE_MARKER).first()
+    return source_check_due_from(marker.updated_at if marker else None, now)
+
+
+def source_check_due_from(checked_at: dt.datetime | None, now: dt.datetime | None = None) -> bool:
+    """:func:`source_check_due` for the last clean check's time the caller read itself."""
     now = now or timezone.now()
-    return marker is None or marker.updated_at < now - SOURCE_CHECK_MAX_AGE
+    return checked_at is None or checked_at < now - SOURCE_CHECK_MAX_AGE
 
 
 def _holdfast_operation(operation_key: str) -> bool:

@@ -48,13 +48,14 @@ class AutonomyStatus:
         return self.autonomy == Autonomy.AUTONOMOUS
 
 
-def _normalise(url: str) -> str:
+def normalised_url(url: str) -> str:
+    """The form a profile stores its order system's address in (no trailing slash)."""
     return url.rstrip("/")
 
 
 def current_profile(base_url: str | None = None) -> OrderSystemProfile | None:
     """The latest probe run for ``base_url`` (default: ``settings.ORDER_SYSTEM_URL``)."""
-    url = _normalise(base_url or settings.ORDER_SYSTEM_URL)
+    url = normalised_url(base_url or settings.ORDER_SYSTEM_URL)
     return (
         OrderSystemProfile.objects.filter(base_url=url)
         .select_related("probed_by")
@@ -73,7 +74,7 @@ def current_autonomy(base_url: str | None = None) -> AutonomyStatus:
 
 def profiles_for(base_url: str | None = None):
     """Probe history for one order system, newest first."""
-    url = _normalise(base_url or settings.ORDER_SYSTEM_URL)
+    url = normalised_url(base_url or settings.ORDER_SYSTEM_URL)
     return OrderSystemProfile.objects.filter(base_url=url).order_by("-probed_at", "-id")
 
 

@@ -17,6 +17,7 @@ from cases.exceptions import CaseError
 from cases.kernel import Worker
 from cases.models import Case, Status
 from reconciliation.apply import apply_case as _apply_case
+from reconciliation.apply import apply_due as _apply_due
 from reconciliation.claims import attempts_expire_leases
 from reconciliation.client import OrderSystemClient
 from reconciliation.dispatch import dispatch_due as _dispatch_due
@@ -31,7 +32,28 @@ def source_check(case_id: int) -> str:
 
 
 def apply_case(case_id: int) -> str:
-    return _apply_case(case_id=case_id)
+    """Apply the case; then, while more ready cases are due, take the next one at once
+    (:func:`apply_due`) instead of waiting for the dispatcher's next pass."""
+    outcome = _apply_case(case_id=case_id)
+    if settings.APPLY_DRAIN_SECONDS > 0:
+        more = _apply_due(seconds=settings.APPLY_DRAIN_SECONDS)
+        if more:
+            return f"{outcome}; then {len(more)} more due: {_tally(more)}"
+    return outcome
+
+
+def apply_due() -> str:
+    """Apply due ready cases one after another until none is due (``APPLY_DRAIN_SECONDS`` at
+    most); a worker started with this takes each next case the moment the last is done."""
+    outcomes = _apply_due(seconds=max(settings.APPLY_DRAIN_SECONDS, 1.0))
+    return f"{len(outcomes)} applied or refused: {_tally(outcomes)}" if outcomes else "none due"
+
+
+def _tally(outcomes: list[str]) -> str:
+    counts: dict[str, int] = {}
+    for outcome in outcomes:
+        counts[outcome.split(":")[0]] = counts.get(outcome.split(":")[0], 0) + 1
+    return ", ".join(f"{n} {word}" for word, n in sorted(counts.items()))
 
 
 def reconcile_case(case_id: int) -> str:

@@ -196,8 +196,13 @@ def test_plain_create_index_blocks_inserts_and_concurrently_does_not():
     """The measurement behind the rule (tests/support/lock_measure.py runs it on 1M rows)."""
     from tests.support.lock_measure import measure
 
-    result = measure(200_000, server=_server_url("postgres"), extras=False)
-    plain, concurrent = result["create_index"], result["create_index_concurrently"]
+    # The build must last long enough to show the difference: on a fast, idle machine 200k rows
+    # index in well under 0.15 s, so the table doubles until it does.
+    for rows in (200_000, 400_000, 800_000):
+        result = measure(rows, server=_server_url("postgres"), extras=False)
+        plain, concurrent = result["create_index"], result["create_index_concurrently"]
+        if plain["ddl"] > 0.15:
+            break
     assert plain["ddl"] > 0.15, result  # long enough to show the difference
     assert plain["insert"] > 0.6 * (plain["ddl"] - 0.05), result  # waited for the build
     assert concurrent["insert"] < 0.25 * concurrent["ddl"], result  # did not wait

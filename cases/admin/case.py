@@ -23,17 +23,19 @@ from cases import selectors, services
 from cases.admin import views
 from cases.admin.extend import EXTENSIONS
 from cases.admin.filters import (
+    ActionFilter,
     OverdueFilter,
     OwnerFilter,
     PrintableChoicesFilter,
-    PrintableValuesFilter,
     ResponsibleNowFilter,
     TeamFilter,
 )
 from cases.admin.forms import CaseChangeForm
 from cases.admin.inlines import AttemptInline, CancellationInline, CaseEventInline, EvidenceInline
+from cases.admin.search import IndexedSearchMixin
 from cases.exceptions import CaseError
 from cases.models import Case, CaseEvent
+from cases.paging import BoundedCountAdminMixin
 
 # The kernel's inlines and their positions on the case page; apps add theirs (``extend``).
 CASE_INLINES: list[tuple[int, type[admin.options.InlineModelAdmin[Any, Any]]]] = [
@@ -45,7 +47,7 @@ CASE_INLINES: list[tuple[int, type[admin.options.InlineModelAdmin[Any, Any]]]] =
 
 
 @admin.register(Case)
-class CaseAdmin(admin.ModelAdmin):
+class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
     form = CaseChangeForm
     change_form_template = "admin/cases/case/change_form.html"
     list_display = [
@@ -70,7 +72,8 @@ class CaseAdmin(admin.ModelAdmin):
     ]
     search_fields = ["reference", "order_id", "account__reference", "account__name", "request_key"]
     list_select_related = ["account", "team", "owner__staff_profile", "backup"]
-    # A filtered page counts its rows once: no second COUNT(*) over every visible case.
+    # A filtered page counts its rows once: no second COUNT(*) over every visible case; and
+    # at most 1,000 past the page (``cases.paging``), so the page costs the same at 1M cases.
     show_full_result_count = False
     readonly_fields = [
         "reference",
@@ -322,7 +325,7 @@ class CaseAdmin(admin.ModelAdmin):
 
 
 @admin.register(CaseEvent)
-class CaseEventAdmin(admin.ModelAdmin):
+class CaseEventAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
     list_display = [
         "created_at",
         "case",
@@ -333,10 +336,11 @@ class CaseEventAdmin(admin.ModelAdmin):
         "actor_label",
         "reason",
     ]
-    list_filter = [("action", PrintableValuesFilter)]
+    list_filter = [("action", ActionFilter)]
     search_fields = ["case__reference", "reason", "actor_label"]
     list_select_related = ["case"]
-    # A filtered page counts its rows once: no second COUNT(*) over every visible event.
+    # A filtered page counts its rows once: no second COUNT(*) over every visible event, and
+    # at most 1,000 past the page (``cases.paging``).
     show_full_result_count = False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[CaseEvent]:

@@ -20,6 +20,7 @@ from django.utils.html import format_html
 
 from cases import selectors
 from cases.actions import action_run, get_action
+from cases.admin.search import IndexedSearchMixin
 from cases.admin.views import person
 from cases.exceptions import CaseError
 from cases.models import (
@@ -31,6 +32,7 @@ from cases.models import (
     HeldCase,
     Status,
 )
+from cases.paging import BoundedCountAdminMixin
 
 QueueAction = Callable[..., None]
 
@@ -73,13 +75,14 @@ def _run_on_each(
             model_admin.message_user(request, message, messages.SUCCESS)
 
 
-class _QueueAdmin(admin.ModelAdmin):
+class _QueueAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
     """A read-only work queue over cases; each row links to the case page.
 
     A page costs the same queries however many rows it shows: what a column reads beyond the
     case's own relations (``list_select_related``) is annotated onto the page's one query
     (``since_at`` here; each queue adds its own), and the page counts its rows once
-    (``show_full_result_count``)."""
+    (``show_full_result_count``), at most 1,000 past the page (``cases.paging``); the search asks
+    each field's index (``cases.admin.search``)."""
 
     status: str = ""
     list_select_related = ["account", "owner__staff_profile", "backup", "team"]

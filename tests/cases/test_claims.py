@@ -33,8 +33,8 @@ from reconciliation.client import OperationResult, OrderSystemClient
 pytestmark = pytest.mark.order_system
 
 WORKERS = 8
-# How long the cancellation starts after the claim, round by round: a claim reads and checks
-# five guards before its compare-and-set, so with no head start the cancellation always wins.
+# How long the cancellation starts after the claim, round by round: whichever takes the case's
+# row lock first wins (the claim's locked read, the cancellation's lock).
 # Positive: the cancellation starts that much later; negative: the claim does. A cancellation
 # first asks the order system whether these records are older than it (one round trip), so the
 # claim is given head-starts the other way too, and both sides win in some round. That round
@@ -48,12 +48,12 @@ WORKER = Worker("worker:test:1")
 TIMEOUTS = {"connect": 1.0, "read": 1.0, "write": 1.0, "pool": 1.0}
 
 # Measured (the bound is the measurement, inside the test's transaction, savepoints included).
-# Claim: 5 reads for the guards, the compare-and-set, the locked re-read, the attempt sequence,
-# the fencing token (1 query on PostgreSQL, a counter row and 2 savepoints on SQLite), the
-# attempt and the event. Recording an applied result: the case and operation locks, the
-# operation, the evidence, the attempt, the case and the event.
-# +1: the restore guard reads the marker; +1 per event: the audit chain reads its head.
-CLAIM_QUERIES = {"postgresql": 17, "sqlite": 21}
+# Claim: the locked read with every guard (``claims._claim_query``), the compare-and-set, the
+# attempt and the event; +2 for the savepoint of its atomic block; on SQLite the fencing token
+# is a counter row (its get-or-create, update and read, with their savepoints) instead of a
+# sequence value in the read. Recording an applied result: the case and operation locks, the
+# operation, the evidence, the attempt, the case and the event (+1: the chain's head).
+CLAIM_QUERIES = {"postgresql": 6, "sqlite": 11}
 RECORD_APPLIED_QUERIES = {"postgresql": 10, "sqlite": 10}
 
 
@@ -72,44 +72,55 @@ def _blocked(pids: list[int]) -> set[int]:
         return {row[0] for row in cursor.fetchall()}
 
 
-class _CompareAndSetObserver:
-    """Records, for one thread, the claim's conditional UPDATE of the case: the version it
-    expected (the version the claimer read), when it was sent, when it returned and how many
-    rows it moved. A thread that sends it got past its read and every claim guard."""
+class _ClaimObserver:
+    """Records, for one thread, the claim's two decisive statements: its locked read (the
+    ``SELECT … FOR UPDATE`` that reads the case with every guard) — when it was sent and when it
+    returned, i.e. how long it waited for the row — and its compare-and-set of the case (the
+    version it expected and how many rows it moved). Only a claimer whose guards held under
+    the lock sends the compare-and-set."""
 
     def __init__(self) -> None:
+        self.read_sent_at: float | None = None
+        self.read_returned_at: float | None = None
         self.expected_version: int | None = None
-        self.sent_at: float | None = None
-        self.returned_at: float | None = None
         self.rowcount: int | None = None
 
     def __call__(self, execute, sql, params, many, context):
-        is_cas = (
-            sql.startswith('UPDATE "cases_case" SET "status"')
-            and '"cases_case"."version" = ' in sql.partition("WHERE")[2]
-        )
-        if not is_cas:
+        if "FOR UPDATE" in sql and "approvals_proposal" in sql:
+            self.read_sent_at = time.monotonic()
+            try:
+                return execute(sql, params, many, context)
+            finally:
+                self.read_returned_at = time.monotonic()
+        # The compare-and-set (on PostgreSQL the first part of one statement that also writes
+        # the attempt and the event): the version its WHERE expects.
+        update = sql.find('UPDATE "cases_case" SET "status"')
+        if update < 0:
             return execute(sql, params, many, context)
-        where_version = sql.index('"cases_case"."version" = %s')
-        self.expected_version = params[sql[:where_version].count("%s")]
-        self.sent_at = time.monotonic()
+        where = sql.index("WHERE", update)
+        version = min(
+            i
+            for i in (sql.find('"version" = %s', where), sql.find('."version" = %s', where))
+            if i > 0
+        )
+        self.expected_version = params[sql[:version].count("%s")]
         try:
             return execute(sql, params, many, context)
         finally:
-            self.returned_at = time.monotonic()
             self.rowcount = context["cursor"].rowcount
 
 
 @pytest.mark.postgres_only
 @pytest.mark.django_db(transaction=True)
 def test_eight_workers_claiming_one_ready_case_start_exactly_one_attempt(approved_case):
-    """Eight workers read the ready case at the same version and all reach the conditional
-    UPDATE while the row is held; once it is released exactly one attempt starts and the other
-    seven are refused with the reason (the winner holds the case)."""
+    """Eight workers claim the ready case while its row is held; all eight wait at the claim's
+    locked read. Once the row is released exactly one attempt starts and the other seven, each
+    reading the case after the winner committed, are refused with the reason (the winner holds
+    the case)."""
     case = approved_case()
     read_version = case.version
     barrier = threading.Barrier(WORKERS + 1)
-    observers = [_CompareAndSetObserver() for _ in range(WORKERS)]
+    observers = [_ClaimObserver() for _ in range(WORKERS)]
     pids: list[int | None] = [None] * WORKERS
     results: list[dict | None] = [None] * WORKERS
 
@@ -134,8 +145,8 @@ def test_eight_workers_claiming_one_ready_case_start_exactly_one_attempt(approve
     threads = [threading.Thread(target=claim, args=(i,)) for i in range(WORKERS)]
     all_waiting = False
     with transaction.atomic():
-        # Hold the row as any other writer of the case would: every claimer can still read
-        # it and check its guards, and then queues at the compare-and-set.
+        # Hold the row as any other writer of the case would: every claimer queues at its
+        # locked read, and none can decide on what it read before the holder is done.
         lock_case(case.pk)
         for thread in threads:
             thread.start()
@@ -151,12 +162,13 @@ def test_eight_workers_claiming_one_ready_case_start_exactly_one_attempt(approve
         thread.join(timeout=30)
 
     assert all(r is not None and "error" not in r for r in results), results
-    assert all_waiting, "the eight claimers never all waited at the conditional UPDATE at once"
-    # Contention: every claimer read the same version and sent its compare-and-set for it
-    # before the row was released, so all eight raced for the same claim.
-    assert [o.expected_version for o in observers] == [read_version] * WORKERS
-    assert all(o.sent_at < released < o.returned_at for o in observers)
-    assert sorted(o.rowcount for o in observers) == [0] * (WORKERS - 1) + [1]
+    assert all_waiting, "the eight claimers never all waited at the locked read at once"
+    # Contention: every claimer sent its locked read before the row was released and got it
+    # back only after, so all eight raced for the same claim; only the first to get the row
+    # sent a compare-and-set (for the version read before), the others saw it claimed.
+    assert all(o.read_sent_at < released < o.read_returned_at for o in observers)
+    cas = [o for o in observers if o.rowcount is not None]
+    assert [(o.expected_version, o.rowcount) for o in cas] == [(read_version, 1)]
 
     winners = [r["won"] for r in results if "won" in r]
     refusals = [r for r in results if "reason" in r]
@@ -189,7 +201,7 @@ def test_cancellation_racing_a_claim_never_lets_both_win(approved_case, agent):
         barrier = threading.Barrier(2)
         claim_result: dict = {}
         cancel_result: dict = {}
-        observer = _CompareAndSetObserver()
+        observer = _ClaimObserver()
 
         def claim(
             case_id=case.pk, result=claim_result, barrier=barrier, observer=observer, delay=delay
@@ -254,8 +266,13 @@ def test_cancellation_racing_a_claim_never_lets_both_win(approved_case, agent):
         else:
             assert claim_result["reason"] in {"not_ready", "version_changed", "cancel_requested"}
             assert cancellation.outcome == CancellationRequest.Outcome.CANCELLED
-            # A claim that got past its read and guards lost at the compare-and-set itself.
-            outcome = "cancel" if observer.rowcount is None else "cancel, claim lost at the CAS"
+            assert observer.rowcount is None  # it never got as far as writing
+            # A claim that sent its locked read before the cancellation was done waited for
+            # the cancellation's row lock and then read the case cancelled.
+            waited = observer.read_sent_at is not None and (
+                observer.read_sent_at < cancel_result["ended"]
+            )
+            outcome = "cancel, the claim waited at the lock" if waited else "cancel"
         overlapped = (
             claim_result["started"] < cancel_result["ended"]
             and cancel_result["started"] < claim_result["ended"]
@@ -266,9 +283,9 @@ def test_cancellation_racing_a_claim_never_lets_both_win(approved_case, agent):
     assert any(o.startswith("claim") for _, o, _ in outcomes), outcomes
     assert any(o.startswith("cancel") for _, o, _ in outcomes), outcomes
     assert any(overlapped for _, _, overlapped in outcomes), outcomes
-    # ...and at least once the claim passed its read and every guard, then lost at the
-    # compare-and-set to the cancellation that committed in between.
-    assert any(o == "cancel, claim lost at the CAS" for _, o, _ in outcomes), outcomes
+    # ...and at least once the claim was already at its locked read while the cancellation
+    # held the case, and lost to it there.
+    assert any(o == "cancel, the claim waited at the lock" for _, o, _ in outcomes), outcomes
 
 
 # --- heartbeats and cancellation intents ---------------------------------------------------------

@@ -52,15 +52,11 @@ def test_cancellation_seen_at_the_notify_heartbeat_does_not_cancel_an_applied_ch
     notify heartbeat the worker 'acknowledges the cancellation and stopped before sending
     anything' and settle_after_stop cancels the case, although the order was changed."""
     case = approved_case()
-    real_apply = apply_module._STEP_RUNNERS["apply"]
-
-    def apply_then_customer_cancels(attempt, client, worker):
-        outcome = real_apply(attempt, client, worker)
-        assert outcome == "confirmed"
-        case_cancel_request(case=case, actor=agent, reason="too late, cancel", via="api")
-        return outcome
-
-    monkeypatch.setitem(apply_module._STEP_RUNNERS, "apply", apply_then_customer_cancels)
+    _at(
+        monkeypatch,
+        "after_confirm",
+        lambda: case_cancel_request(case=case, actor=agent, reason="too late, cancel", via="api"),
+    )
 
     apply_case(case_id=case.pk)
 
@@ -76,14 +72,11 @@ def test_revocation_seen_at_the_notify_heartbeat_does_not_report_nothing_applied
     approved_case, live_orders, lead, monkeypatch
 ):
     case = approved_case()
-    real_apply = apply_module._STEP_RUNNERS["apply"]
-
-    def apply_then_revoke(attempt, client, worker):
-        outcome = real_apply(attempt, client, worker)
-        case_revoke(case=case, actor=lead, reason="customer withdrew", fence=False)
-        return outcome
-
-    monkeypatch.setitem(apply_module._STEP_RUNNERS, "apply", apply_then_revoke)
+    _at(
+        monkeypatch,
+        "after_confirm",
+        lambda: case_revoke(case=case, actor=lead, reason="customer withdrew", fence=False),
+    )
 
     apply_case(case_id=case.pk)
 
@@ -117,3 +110,15 @@ def test_approval_expiry_does_not_send_an_applied_change_back_to_review(
 
     case.refresh_from_db()
     assert case.status == Status.READY, case.status
+
+
+def _at(monkeypatch, point: str, action) -> None:
+    """Run ``action()`` when the apply reaches the named point (``apply.STEP_POINT_OBSERVERS``)."""
+
+    def observer(name: str) -> None:
+        if name == point:
+            action()
+
+    monkeypatch.setattr(
+        apply_module, "STEP_POINT_OBSERVERS", [*apply_module.STEP_POINT_OBSERVERS, observer]
+    )

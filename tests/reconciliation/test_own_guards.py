@@ -134,13 +134,8 @@ def test_an_approval_expiring_between_claim_and_send_is_refused_before_the_send(
     ready_case, live_orders, monkeypatch
 ):
     case, approval = ready_case()
-    real_apply = apply_module._STEP_RUNNERS["apply"]
-
-    def expire_then_apply(attempt, client, worker):
-        _expire(approval)  # the claim passed with a live approval; it lapses now
-        return real_apply(attempt, client, worker)
-
-    monkeypatch.setitem(apply_module._STEP_RUNNERS, "apply", expire_then_apply)
+    # The claim passed with a live approval; it lapses now, before the send is marked.
+    _at(monkeypatch, "after_claim", lambda: _expire(approval))
 
     assert apply_case(case_id=case.pk) == "approval_expired"
 
@@ -208,9 +203,12 @@ def test_an_account_revoked_through_the_service_stops_its_ready_case(
 def test_a_claim_that_loses_a_race_with_a_revocation_says_revoked(
     ready_case, live_orders, lead, monkeypatch
 ):
-    """The revocation commits while the claim reads its guards: the approval it finds revoked
-    is the revocation's doing, not an expiry."""
-    case, _ = ready_case()
+    """The claim reads its guards under the case lock, so a revocation cannot slip in there;
+    but its refusal is explained by reading the services' guards one by one, outside the lock.
+    A revocation that commits during that look is what the refusal reports, not the guard it
+    happened to trip (here an approval that had lapsed, found revoked too)."""
+    case, approval = ready_case()
+    _expire(approval)
     real_live_approval = approval_services.live_approval
 
     def revoke_then_look(case_, now=None):
@@ -226,3 +224,15 @@ def test_a_claim_that_loses_a_race_with_a_revocation_says_revoked(
     actions = set(CaseEvent.objects.filter(case=case).values_list("detail__transition", flat=True))
     assert "approval_expired" not in actions
     _nothing_reached_the_order(live_orders)
+
+
+def _at(monkeypatch, point: str, action) -> None:
+    """Run ``action()`` when the apply reaches the named point (``apply.STEP_POINT_OBSERVERS``)."""
+
+    def observer(name: str) -> None:
+        if name == point:
+            action()
+
+    monkeypatch.setattr(
+        apply_module, "STEP_POINT_OBSERVERS", [*apply_module.STEP_POINT_OBSERVERS, observer]
+    )

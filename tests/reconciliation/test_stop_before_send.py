@@ -32,14 +32,20 @@ def _actions(case) -> list[str]:
 
 
 def _stop_during_the_claim(monkeypatch, stop) -> None:
-    """``stop()`` runs after the claim and its heartbeat, just before the apply step sends."""
-    real_apply = apply_module._STEP_RUNNERS["apply"]
+    """``stop()`` runs after the claim, just before the apply step marks the send and sends."""
+    _at(monkeypatch, "after_claim", stop)
 
-    def stop_then_apply(attempt, client, worker):
-        stop()
-        return real_apply(attempt, client, worker)
 
-    monkeypatch.setitem(apply_module._STEP_RUNNERS, "apply", stop_then_apply)
+def _at(monkeypatch, point: str, action) -> None:
+    """Run ``action()`` when the apply reaches the named point (``apply.STEP_POINT_OBSERVERS``)."""
+
+    def observer(name: str) -> None:
+        if name == point:
+            action()
+
+    monkeypatch.setattr(
+        apply_module, "STEP_POINT_OBSERVERS", [*apply_module.STEP_POINT_OBSERVERS, observer]
+    )
 
 
 def test_a_cancellation_during_the_claim_is_acknowledged_and_settles_at_once(

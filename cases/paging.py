@@ -1,0 +1,133 @@
+"""List pages that count at most a bounded number of rows: a page costs the same at 1M cases
+as at 10k.
+
+A full ``COUNT(*)`` reads every visible row, so a list page's cost grows with the table even
+when the page itself is read through an index. :class:`BoundedCountPaginator` counts at most
+:data:`COUNT_CAP` rows past the start of the page asked for (``SELECT COUNT(*) FROM (… LIMIT
+n)``): while the rows end before that the count is exact; otherwise it is that bound, shown as
+"1,000+" (:class:`BoundedCount`). Every page stays reachable: the bound moves with the page
+(page 10 counts to its first row plus the cap), so "next" is offered as long as there are
+rows, and a deep page costs what its ``OFFSET`` costs anyway.
+
+Used by the admin's list pages (:class:`BoundedCountAdminMixin`) and the API's
+(:class:`BoundedPageNumberPagination`, whose ``count_capped`` says the count is a bound).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.paginator import Paginator
+from django.utils.functional import cached_property
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.response import Response
+
+COUNT_CAP = 1_000
+
+
+class BoundedCount(int):
+    """A row count that may be capped: ``capped`` when there are more rows than the value; it
+    prints as "10,000+" then, so every template that shows the count tells the truth."""
+
+    capped: bool
+
+    def __new__(cls, value: int, *, capped: bool = False) -> BoundedCount:
+        count = super().__new__(cls, value)
+        count.capped = capped
+        return count
+
+    def __str__(self) -> str:
+        return f"{int(self):,}+" if self.capped else str(int(self))
+
+    def __format__(self, spec: str) -> str:
+        return str(self) if not spec else format(int(self), spec)
+
+
+class BoundedCountPaginator(Paginator):
+    """A paginator whose count reads at most :data:`COUNT_CAP` rows past the start of the page
+    asked for (:meth:`for_page`, or :meth:`page` before anything read the count)."""
+
+    cap = COUNT_CAP
+    first_page = 1
+
+    def for_page(self, number: Any) -> BoundedCountPaginator:
+        """Count from the start of page ``number`` (a request's raw value; anything that is
+        not a page number counts from the first page, whose answer the caller gives)."""
+        try:
+            self.first_page = max(1, int(number))
+        except (TypeError, ValueError):
+            self.first_page = 1
+        return self
+
+    def page(self, number: Any) -> Any:
+        if "count" not in self.__dict__:
+            self.for_page(number)
+        return super().page(number)
+
+    @cached_property
+    def count(self) -> BoundedCount:
+        bound = (self.first_page - 1) * self.per_page + self.cap
+        rows: Any = self.object_list
+        if hasattr(rows, "order_by"):
+            # No ORDER BY (nothing to sort for a count), only the primary key, at most bound + 1.
+            counted = rows.order_by().values("pk")[: bound + 1].count()
+        else:
+            counted = len(rows)
+        if counted > bound:
+            return BoundedCount(bound, capped=True)
+        return BoundedCount(counted)
+
+
+class BoundedCountAdminMixin:
+    """A ``ModelAdmin`` whose list page counts at most :data:`COUNT_CAP` rows past the page
+    shown (:class:`BoundedCountPaginator`); with ``show_full_result_count = False`` (no second
+    count of every row) the page costs the same however many rows there are."""
+
+    def get_paginator(
+        self,
+        request: Any,
+        queryset: Any,
+        per_page: int,
+        orphans: int = 0,
+        allow_empty_first_page: bool = True,
+    ) -> Paginator:
+        from django.contrib.admin.views.main import PAGE_VAR
+
+        paginator = BoundedCountPaginator(queryset, per_page, orphans, allow_empty_first_page)
+        return paginator.for_page(request.GET.get(PAGE_VAR, 1))
+
+
+class BoundedPageNumberPagination(PageNumberPagination):
+    """DRF's page-number pagination over :class:`BoundedCountPaginator`; the answer adds
+    ``count_capped`` (true: there are more rows than ``count``, and paging reaches the first
+    ``count``)."""
+
+    django_paginator_class = BoundedCountPaginator
+
+    def get_paginated_response(self, data: Any) -> Response:
+        assert self.page is not None  # set by paginate_queryset before the response
+        count = self.page.paginator.count
+        return Response(
+            {
+                "count": int(count),
+                "count_capped": bool(getattr(count, "capped", False)),
+                "next": self.get_next_link(),
+                "previous": self.get_previous_link(),
+                "results": data,
+            }
+        )
+
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        described = super().get_paginated_response_schema(schema)
+        described["required"] = [*described.get("required", []), "count_capped"]
+        described["properties"] = {
+            "count": described["properties"]["count"],
+            "count_capped": {
+                "type": "boolean",
+                "example": False,
+                "description": f"More rows than count: counting stops {COUNT_CAP:,} rows "
+                "past the page asked for.",
+            },
+            **{k: v for k, v in described["properties"].items() if k != "count"},
+        }
+        return described

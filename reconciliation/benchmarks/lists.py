@@ -1,0 +1,529 @@
+"""The admin and API list pages at 10k and 1M cases: each page's time and query count.
+
+    lines, ok = measure_list_pages()          # rounds=3, sizes=(10_000, 1_000_000)
+
+PostgreSQL only, on a database whose name starts with ``bench``. Each size gets its own
+database next to it (``<name>_lists_10k``, ``<name>_lists_1m``), created, migrated and seeded
+with set-based SQL (``INSERT … SELECT … FROM generate_series``) into the real tables, then
+analyzed (autovacuum is off on this machine). A seeded database is reused while its
+``bench_list_seed`` row names this module's :data:`SEED_VERSION` and its size; otherwise it is
+dropped and seeded again.
+
+The pages are requested through Django's test ``Client`` as ``bench_lead``, a staff member of
+one of the four teams (lead and approver, not a superuser: the team scoping is exercised), in
+interleaved rounds (each page at every size in turn, ``repeat`` times after a warm-up request,
+in each round). Each line gives the page's median
+time at the large size and the small one with [min–max], the query count at each size
+(``CaptureQueriesContext``), and the ratio of the medians; a page meets the goal when the ratio
+is at most :data:`GOAL_RATIO` and its query count is the same at every size.
+"""
+
+# ruff: noqa: S608 - the seed's SQL interpolates this module's own integers and names only.
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection, transaction
+from django.test import Client
+from django.test.utils import CaptureQueriesContext, override_settings
+
+SEED_VERSION = 3
+GOAL_RATIO = 1.5
+TEAMS = 4
+STAFF_PER_TEAM = 10  # the last of each team is its approver
+BENCH_USER_ID = TEAMS * STAFF_PER_TEAM + 1
+BENCH_USERNAME = "bench_lead"
+BENCH_TEAM_ID = 1
+# A member of the bench user's team: the owner / responsible-now filters' person.
+FILTER_USER_ID = BENCH_TEAM_ID + TEAMS
+EVENTS_PER_CASE = 2
+
+# The open work is the latest cases': older cases are closed. The desk's queues hold what the
+# team is working on now, however long its history (at 10k every case is in the window).
+OPEN_WINDOW = 10_000
+# Closed cases beyond the window: (first, last) of ``hash % 100``, status.
+_CLOSED_MIX = [(0, 89, "done"), (90, 97, "cancelled"), (98, 99, "stopped")]
+# The latest OPEN_WINDOW cases: (first, last) of ``hash % 100``, status, waiting on, waiting
+# reason, open.
+_STATUS_MIX = [
+    (0, 61, "done", "nobody", "", False),
+    (62, 66, "cancelled", "nobody", "", False),
+    (67, 67, "stopped", "nobody", "", False),
+    (68, 70, "new", "nobody", "", True),
+    (71, 74, "waiting_source", "order_system", "Reading the order", True),
+    (75, 76, "preparing_proposal", "worker", "Preparing a proposal", True),
+    (77, 77, "preparing_proposal", "customer", "Asked the customer for a date", True),
+    (78, 82, "awaiting_review", "approvers", "Awaiting a decision", True),
+    (83, 86, "ready", "worker", "Queued to apply", True),
+    (87, 87, "applying", "worker", "Applying", True),
+    (88, 91, "held", "owner", "Effect unknown: reconcile from evidence", True),
+    (92, 95, "needs_attention", "owner", "Attempts exhausted", True),
+    (96, 99, "done", "nobody", "", False),
+]
+# Cases whose proposal is approved (and has an approval); awaiting review has an open one.
+_APPROVED = ("ready", "applying", "held")
+
+
+def _label(size: int) -> str:
+    if size % 1_000_000 == 0:
+        return f"{size // 1_000_000}M"
+    if size % 1_000 == 0:
+        return f"{size // 1_000}k"
+    return str(size)
+
+
+# --- seeding ------------------------------------------------------------------------------------
+
+
+def seed_sql(size: int, *, prefix: str) -> list[str]:
+    """The statements that seed ``size`` cases into empty tables (ids from 1), in order.
+
+    Deterministic: case ``i`` has the same team, account and owner at every size, so a search
+    or a filter finds comparable rows in each database; the latest :data:`OPEN_WINDOW` cases
+    carry the open work (the same mix at every size), older ones are closed. Statuses, owners
+    and accounts are spread by ``hashint4`` (never correlated with the team, ``i % 4``).
+    """
+    per_team_accounts = max(1, size // (10 * TEAMS))  # ~10 cases per account
+    mix = ", ".join(
+        [
+            f"(true, {lo}, {hi}, '{status}', '{waiting}', '{reason}', "
+            f"{'true' if is_open else 'false'})"
+            for lo, hi, status, waiting, reason, is_open in _STATUS_MIX
+        ]
+        + [
+            f"(false, {lo}, {hi}, '{status}', 'nobody', '', false)"
+            for lo, hi, status in _CLOSED_MIX
+        ]
+    )
+    staff = TEAMS * STAFF_PER_TEAM
+    owners = STAFF_PER_TEAM - 1  # owners and backups are the team's members but its approver
+    approved = ", ".join(f"'{s}'" for s in _APPROVED)
+    return [
+        f"""
+        INSERT INTO auth_user (id, password, is_superuser, username, first_name, last_name,
+                               email, is_staff, is_active, date_joined)
+        SELECT u, '!', false, 'bench_staff_' || u, 'Staff', 'No. ' || u, '', true, true, now()
+        FROM generate_series(1, {staff}) u
+        UNION ALL
+        SELECT {BENCH_USER_ID}, '!', false, '{BENCH_USERNAME}', 'Bench', 'Lead', '', true, true,
+               now()
+        """,
+        f"""
+        INSERT INTO cases_team (id, name, default_owner_id, default_backup_id)
+        SELECT t, 'Bench team ' || t, t, t + {TEAMS} FROM generate_series(1, {TEAMS}) t
+        """,
+        f"""
+        INSERT INTO cases_team_members (team_id, user_id)
+        SELECT ((u - 1) % {TEAMS}) + 1, u FROM generate_series(1, {staff}) u
+        UNION ALL SELECT {BENCH_TEAM_ID}, {BENCH_USER_ID}
+        """,
+        f"""
+        INSERT INTO auth_user_groups (user_id, group_id)
+        SELECT u, g.id FROM generate_series(1, {staff}) u
+        JOIN auth_group g ON g.name = CASE WHEN u > {staff - TEAMS} THEN 'approver'
+                                           WHEN u % 3 = 0 THEN 'lead' ELSE 'agent' END
+        UNION ALL
+        SELECT {BENCH_USER_ID}, g.id FROM auth_group g WHERE g.name IN ('lead', 'approver')
+        """,
+        # Every third owner (by position in the team) is away: their backups answer.
+        f"""
+        INSERT INTO cases_staffprofile (user_id, away_until)
+        SELECT u, CASE WHEN ((u - 1) / {TEAMS}) % 3 = 2 THEN current_date + 5 END
+        FROM generate_series(1, {BENCH_USER_ID}) u
+        """,
+        f"""
+        INSERT INTO cases_customeraccount (id, reference, name, email, team_id, verified,
+                                           access_active)
+        SELECT a, 'ACC-' || lpad(a::text, 7, '0'), 'Customer ' || a, '', ((a - 1) % {TEAMS}) + 1,
+               true, true
+        FROM generate_series(1, {per_team_accounts * TEAMS}) a
+        """,
+        f"""
+        WITH mix(recent, lo, hi, status, waiting_on, reason, is_open) AS (VALUES {mix}),
+        g AS (
+            SELECT i, (i % {TEAMS}) + 1 AS t,
+                   (hashint4(i) & 2147483647) % 100 AS b,
+                   hashint4(i + 7) & 2147483647 AS h2,
+                   hashint4(i + 13) & 2147483647 AS h3,
+                   hashint4(i + 29) & 2147483647 AS h4,
+                   now() - ({size} - i) * (interval '730 days' / {size}) AS c_at
+            FROM generate_series(1, {size}) i
+        )
+        INSERT INTO cases_case (
+            id, reference, number, request_key, order_id, requested_date, note, status, version,
+            waiting_on, waiting_reason, outstanding_question, next_check_at, last_error,
+            created_at, updated_at, closed_at, legal_hold, backup_id, owner_id, account_id,
+            team_id, retry_count, revocation_kind, retry_counts
+        )
+        SELECT i, '{prefix}-' || i, i, 'req-' || i, 'ORD-' || (1000000 + i),
+               date '2027-01-01' + (h2 % 300)::int, '', mix.status, 2, mix.waiting_on,
+               mix.reason, '',
+               CASE WHEN mix.is_open THEN now() + ((h2 % 240) - 48) * interval '1 hour' END, '',
+               c_at, least(now(), c_at + (h2 % 72) * interval '1 hour'),
+               CASE WHEN NOT mix.is_open THEN least(now(), c_at + (h2 % 72) * interval '1 hour')
+               END,
+               false,
+               t + {TEAMS} * ((h3 % {owners} + 1) % {owners}), t + {TEAMS} * (h3 % {owners}),
+               {TEAMS} * (h4 % {per_team_accounts}) + t, t, 0, '', '{{}}'::jsonb
+        FROM g JOIN mix
+          ON mix.recent = (g.i > {size - OPEN_WINDOW}) AND g.b BETWEEN mix.lo AND mix.hi
+        """,
+        f"""
+        INSERT INTO cases_caseevent (id, action, from_status, to_status, reason, actor_label,
+                                     version, detail, created_at, actor_id, case_id, prev_hash,
+                                     hash)
+        SELECT {EVENTS_PER_CASE} * c.id - 1, 'cases.case.created', '', 'new', 'Opened',
+               'system', 1, '{{}}'::jsonb, c.created_at, NULL::integer, c.id, '',
+               md5('event-' || ({EVENTS_PER_CASE} * c.id - 1))
+        FROM cases_case c
+        UNION ALL
+        SELECT {EVENTS_PER_CASE} * c.id, 'cases.case.transitioned', 'new', c.status,
+               c.waiting_reason, 'system', 2, '{{}}'::jsonb, c.updated_at, NULL::integer, c.id,
+               md5('event-' || ({EVENTS_PER_CASE} * c.id - 1)),
+               md5('event-' || ({EVENTS_PER_CASE} * c.id))
+        FROM cases_case c
+        """,
+        # One operation and one proposal per case that got as far as a proposal (awaiting
+        # review, approved, or done with a quarter of the done cases), ids the case's.
+        f"""
+        CREATE TEMPORARY TABLE bench_proposed ON COMMIT DROP AS
+        SELECT c.id, c.order_id, c.requested_date, c.created_at, c.status, c.team_id
+        FROM cases_case c
+        WHERE c.status IN ('awaiting_review', {approved})
+           OR (c.status = 'done' AND c.id % 4 = 0)
+        """,
+        """
+        INSERT INTO approvals_operation (id, key, sequence, order_id, delivery_date, created_at,
+                                         confirmed_at, case_id)
+        SELECT p.id, 'DATE-' || p.id || '-1', 1, p.order_id, p.requested_date,
+               p.created_at + interval '1 minute',
+               CASE WHEN p.status = 'done' THEN p.created_at + interval '2 hours' END, p.id
+        FROM bench_proposed p
+        """,
+        """
+        INSERT INTO approvals_proposal (id, order_id, delivery_date, evidence_order_version,
+                                        evidence_ids, slot_note, content_hash, prepared_by_label,
+                                        status, status_reason, created_at, submitted_at,
+                                        closed_at, case_id, operation_id)
+        SELECT p.id, p.order_id, p.requested_date, 1, '[]'::jsonb, '', md5('proposal-' || p.id),
+               'system', CASE WHEN p.status = 'awaiting_review' THEN 'awaiting_review'
+                              ELSE 'approved' END, '',
+               p.created_at + interval '1 minute', p.created_at + interval '1 minute',
+               CASE WHEN p.status = 'done' THEN p.created_at + interval '2 hours' END, p.id, p.id
+        FROM bench_proposed p
+        """,
+        f"""
+        INSERT INTO approvals_approval (id, reference, proposal_hash, decision, reason,
+                                        decided_at, expires_at, revoked_reason, "grant",
+                                        decided_by_id, operation_id, proposal_id)
+        SELECT p.id, 'AP-' || p.id, md5('proposal-' || p.id), 'approved', '',
+               p.created_at + interval '1 hour', p.created_at + interval '3 days', '', '',
+               {staff - TEAMS} + p.team_id, p.id, p.id
+        FROM bench_proposed p WHERE p.status <> 'awaiting_review'
+        """,
+        # The case's owner opened it: an author of its proposal (four eyes).
+        """
+        INSERT INTO approvals_proposalauthor (proposal_id, user_id, role, recorded_at)
+        SELECT p.id, c.owner_id, 'opened_case', p.created_at
+        FROM bench_proposed p JOIN cases_case c ON c.id = p.id
+        """,
+        # Two evidence references per held case (the held queue shows them).
+        """
+        INSERT INTO cases_evidencereference (source_system, external_reference, kind,
+                                             permitted_basis, captured_at, summary,
+                                             order_version, recorded_by, case_id)
+        SELECT 'order_system', c.reference || '-E' || k, 'order_read', 'contract',
+               c.updated_at + k * interval '1 minute', 'Order read', k, 'system', c.id
+        FROM cases_case c CROSS JOIN generate_series(1, 2) k WHERE c.status = 'held'
+        """,
+        f"""
+        INSERT INTO cases_counterrow (name, value) VALUES ('case_number', {size})
+        ON CONFLICT (name) DO UPDATE SET value = excluded.value
+        """,
+        *(
+            f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
+            f"(SELECT coalesce(max(id), 0) + 1 FROM {table}), false)"
+            for table in _SEEDED_TABLES
+        ),
+    ]
+
+
+_SEEDED_TABLES = (
+    "auth_user",
+    "auth_user_groups",
+    "cases_team",
+    "cases_team_members",
+    "cases_staffprofile",
+    "cases_customeraccount",
+    "cases_case",
+    "cases_caseevent",
+    "approvals_operation",
+    "approvals_proposal",
+    "approvals_approval",
+    "approvals_proposalauthor",
+    "cases_evidencereference",
+)
+# Secondary indexes of these are dropped before the load and built again after it (a bulk
+# build is many times faster than a million inserts into each b-tree and trigram index).
+_REBUILT_TABLES = (
+    "cases_case",
+    "cases_caseevent",
+    "approvals_operation",
+    "approvals_proposal",
+    "approvals_approval",
+    "approvals_proposalauthor",
+)
+
+
+def seed(cursor: Any, size: int, *, rebuild_indexes: bool = False) -> None:
+    """Seed ``size`` cases (and their teams, staff, accounts, events, proposals, approvals and
+    held cases' evidence) through ``cursor`` into tables that hold none, then ANALYZE.
+
+    ``rebuild_indexes`` (the benchmark's own databases only: it needs the tables to itself)
+    drops the tables' secondary indexes for the load and builds them again from their own
+    definitions, and skips the per-row triggers (foreign keys; the rows are valid by
+    construction)."""
+    cursor.execute("SELECT count(*) FROM cases_case")
+    if cursor.fetchone()[0]:
+        raise RuntimeError("seed: cases_case already holds rows")
+    indexes: list[str] = []
+    if rebuild_indexes:
+        cursor.execute("SET maintenance_work_mem = '512MB'")
+        cursor.execute("SET synchronous_commit = off")
+        cursor.execute("SET session_replication_role = replica")
+        cursor.execute(
+            """
+            SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid)
+            FROM pg_index i
+            WHERE i.indrelid::regclass::text = ANY(%s)
+              AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid)
+            """,
+            [list(_REBUILT_TABLES)],
+        )
+        found = cursor.fetchall()
+        for name, definition in found:
+            cursor.execute(f"DROP INDEX {name}")
+            indexes.append(definition)
+    for statement in seed_sql(size, prefix=settings.CASE_REFERENCE_PREFIX):
+        cursor.execute(statement)
+    for definition in indexes:
+        cursor.execute(definition)
+    if rebuild_indexes:  # (a failed seed rolls these SETs back with its transaction)
+        cursor.execute("SET session_replication_role = DEFAULT")
+    cursor.execute("ANALYZE")
+
+
+# --- the pages ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Page:
+    name: str
+    path: str
+    params: dict[str, str] = field(default_factory=dict)
+
+
+def pages() -> list[Page]:
+    """Every list page with each filter and search, as ``bench_lead`` sees them."""
+    prefix = settings.CASE_REFERENCE_PREFIX
+    changelist = "/admin/cases/case/"
+    owner = str(FILTER_USER_ID)
+    return [
+        Page("admin changelist", changelist),
+        Page("admin changelist page 5", changelist, {"p": "5"}),
+        Page("admin changelist status", changelist, {"status__exact": "ready"}),
+        Page("admin changelist waiting on", changelist, {"waiting_on__exact": "approvers"}),
+        Page("admin changelist owner", changelist, {"owner": owner}),
+        Page("admin changelist responsible now", changelist, {"responsible": owner}),
+        Page("admin changelist overdue", changelist, {"overdue": "yes"}),
+        Page("admin changelist not overdue", changelist, {"overdue": "no"}),
+        Page("admin changelist team", changelist, {"team": str(BENCH_TEAM_ID)}),
+        # Case 10000 is the bench team's (i % 4 == 0) and exists at every size measured.
+        Page("admin changelist search case reference", changelist, {"q": f"{prefix}-10000"}),
+        Page("admin changelist search order id", changelist, {"q": "ORD-1005000"}),
+        Page("admin changelist search account reference", changelist, {"q": "ACC-0000001"}),
+        Page("admin held queue", "/admin/cases/heldcase/"),
+        Page("admin held queue search order id", "/admin/cases/heldcase/", {"q": "ORD-1005000"}),
+        Page("admin needs-attention queue", "/admin/cases/attentioncase/"),
+        Page("admin approver queue", "/admin/approvals/proposal/", {"status": "awaiting_review"}),
+        Page("admin events", "/admin/cases/caseevent/"),
+        Page(
+            "admin events action filter",
+            "/admin/cases/caseevent/",
+            {"action__exact": "cases.case.transitioned"},
+        ),
+        Page("API case list", "/api/cases/"),
+        Page("API case list status", "/api/cases/", {"status": "ready"}),
+        Page("API case list overdue", "/api/cases/", {"overdue": "true"}),
+        Page("API approver queue", "/api/proposals/", {"status": "awaiting_review"}),
+    ]
+
+
+# --- databases ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def _database(name: str) -> Iterator[None]:
+    """The default connection on database ``name`` inside the block, then back."""
+    original = connection.settings_dict["NAME"]
+    connection.close()
+    connection.settings_dict["NAME"] = name
+    try:
+        yield
+    finally:
+        connection.close()
+        connection.settings_dict["NAME"] = original
+
+
+def _exists(name: str) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name])
+        return cursor.fetchone() is not None
+
+
+def _seeded_size(name: str) -> int | None:
+    """The size of the seed this module's version put in ``name``, or None."""
+    with _database(name), connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass('bench_list_seed')")
+        if cursor.fetchone()[0] is None:
+            return None
+        cursor.execute("SELECT version, cases FROM bench_list_seed")
+        row = cursor.fetchone()
+        if row is None or row[0] != SEED_VERSION:
+            return None
+        cursor.execute("SELECT count(*) FROM cases_case")
+        return int(row[1]) if cursor.fetchone()[0] == row[1] else None
+
+
+def prepare_database(name: str, size: int, progress: Callable[[str], None]) -> float | None:
+    """Make ``name`` a migrated database seeded with ``size`` cases; the seconds the seed took,
+    or None when the database already held this seed (it is migrated either way)."""
+    if _exists(name) and _seeded_size(name) == size:
+        with _database(name):
+            call_command("migrate", verbosity=0, interactive=False)
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        cursor.execute(f'CREATE DATABASE "{name}"')
+    with _database(name):
+        call_command("migrate", verbosity=0, interactive=False)
+        progress(f"seeding {_label(size)} cases into {name}")
+        started = time.perf_counter()
+        with transaction.atomic(), connection.cursor() as cursor:
+            seed(cursor, size, rebuild_indexes=True)
+            cursor.execute(
+                "CREATE TABLE bench_list_seed (version integer, cases bigint, "
+                "seeded_at timestamptz DEFAULT now())"
+            )
+            cursor.execute("INSERT INTO bench_list_seed VALUES (%s, %s)", [SEED_VERSION, size])
+        return time.perf_counter() - started
+
+
+# --- measuring ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Samples:
+    ms: list[float] = field(default_factory=list)
+    queries: set[int] = field(default_factory=set)
+
+    def summary(self) -> str:
+        return f"{statistics.median(self.ms):.0f} ms [{min(self.ms):.0f}–{max(self.ms):.0f}]"
+
+
+def _client() -> Client:
+    """A test client logged in as ``bench_lead`` (its session lives in the current database)."""
+    from django.contrib.auth import get_user_model
+
+    client = Client(HTTP_HOST="localhost")
+    client.force_login(get_user_model().objects.get(username=BENCH_USERNAME))
+    return client
+
+
+def _measure(client: Client, page: Page, entry: _Samples, repeat: int) -> None:
+    client.get(page.path, page.params)  # warm: this connection, caches, the session
+    for _ in range(repeat):
+        with CaptureQueriesContext(connection) as captured:
+            started = time.perf_counter()
+            response = client.get(page.path, page.params)
+            elapsed = (time.perf_counter() - started) * 1000
+        if response.status_code != 200:
+            raise RuntimeError(f"{page.name}: HTTP {response.status_code}")
+        entry.ms.append(elapsed)
+        entry.queries.add(len(captured.captured_queries))
+
+
+def measure_list_pages(
+    *,
+    rounds: int = 3,
+    sizes: tuple[int, ...] = (10_000, 1_000_000),
+    progress: Callable[[str], None] = print,
+    repeat: int = 4,
+) -> tuple[list[str], bool]:
+    """Each list page's time at the largest size over its time at the smallest: printable
+    lines (one per page, ending in the ratio as ``N×``) and whether every page met the goal
+    (ratio ≤ :data:`GOAL_RATIO`, the same query count at every size)."""
+    if connection.vendor != "postgresql":
+        raise RuntimeError("measure_list_pages runs on PostgreSQL only")
+    base = connection.settings_dict["NAME"]
+    if not base.startswith("bench"):
+        raise RuntimeError(f"measure_list_pages needs a bench* database, not {base!r}")
+    small, large = min(sizes), max(sizes)
+    names = {size: f"{base}_lists_{_label(size).lower()}" for size in sizes}
+    lines: list[str] = []
+    for size in sizes:
+        took = prepare_database(names[size], size, progress)
+        lines.append(
+            f"list pages seed {_label(size)} ({names[size]}): "
+            + (f"seeded in {took:.1f} s" if took is not None else "reused")
+        )
+    listed = pages()
+    samples: dict[tuple[str, int], _Samples] = {}
+    api: dict[str, Any] = settings.REST_FRAMEWORK
+    # The API's rate limits would refuse a benchmark's hundreds of requests a minute.
+    unthrottled = {**api, "DEFAULT_THROTTLE_RATES": dict.fromkeys(api["DEFAULT_THROTTLE_RATES"])}
+    axes = logging.getLogger("axes")
+    axes_level = axes.level
+    axes.setLevel(logging.WARNING)  # not a login line per round
+    with override_settings(REST_FRAMEWORK=unthrottled, DEBUG=False):
+        clients = {}
+        for size in sizes:
+            with _database(names[size]):
+                clients[size] = _client()
+        # Interleaved: each round takes every page at every size in turn, so a slow moment of
+        # the shared machine falls on both sides of a ratio.
+        for number in range(rounds):
+            progress(f"list pages round {number + 1}/{rounds}")
+            for page in listed:
+                for size in sizes:
+                    with _database(names[size]):
+                        entry = samples.setdefault((page.name, size), _Samples())
+                        _measure(clients[size], page, entry, repeat)
+    axes.setLevel(axes_level)
+    ok = True
+    for page in listed:
+        big, few = samples[(page.name, large)], samples[(page.name, small)]
+        ratio = statistics.median(big.ms) / statistics.median(few.ms)
+        counts = sorted(big.queries | few.queries)
+        flat_queries = len(counts) == 1
+        queries = (
+            f"{counts[0]} queries both"
+            if flat_queries
+            else f"{'/'.join(map(str, sorted(big.queries)))} vs "
+            f"{'/'.join(map(str, sorted(few.queries)))} queries"
+        )
+        met = ratio <= GOAL_RATIO and flat_queries
+        ok = ok and met
+        lines.append(
+            f"{page.name} {_label(large)}/{_label(small)}: {big.summary()} vs {few.summary()}, "
+            f"{queries}{'' if met else ' (goal missed)'} … {ratio:.2f}×"
+        )
+    return lines, ok

@@ -1,0 +1,246 @@
+"""What one safe apply costs the database, and a worker that takes the next due case at once.
+
+Issue 13's budget: a claim is at most 4 statements in one transaction; a whole safe apply
+(claim → mark the send → the order system's answer with the notification's start → the
+notification's confirmation with the close) at most 6 transactions in Holdfast's database,
+reads included. Counted on PostgreSQL (``tests/support/txcount.py``: each commit, and each
+statement outside an atomic block, as ``xact_commit`` counts them); the order system's own
+records are the ground truth that each order changed exactly once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.core import mail
+from django.db import connection
+
+from cases.kernel import Worker
+from cases.models import Attempt, CancellationRequest, CaseEvent, Status
+from cases.services import case_cancel_request
+from reconciliation.apply import apply_case, apply_due
+from reconciliation.claims import case_claim, claim_next_due
+from reconciliation.restored import source_verified
+from tests.support.fixtures import days_ahead
+from tests.support.txcount import database_cost
+
+pytestmark = [pytest.mark.order_system, pytest.mark.django_db(transaction=True)]
+
+WORKER = Worker("hot-path-test")
+postgres_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="statement and transaction budgets: PostgreSQL"
+)
+
+
+def _orders(live_orders, account, count: int) -> list[str]:
+    ids = [f"ORD-HP{i}" for i in range(count)]
+    live_orders.seed(
+        orders=[
+            {
+                "order_id": order_id,
+                "account_id": account.reference,
+                "delivery_date": str(days_ahead(3)),
+            }
+            for order_id in ids
+        ]
+    )
+    return ids
+
+
+def _applied(live_orders, order_id: str) -> list[dict]:
+    return [op for op in live_orders.state(order_id)["operations"] if op["status"] == "applied"]
+
+
+@postgres_only
+def test_a_claim_is_four_statements_in_one_transaction(approved_case):
+    case = approved_case()
+    source_verified()
+    with database_cost() as cost:
+        attempt = case_claim(case_id=case.pk, worker=WORKER)
+    assert attempt.state == Attempt.State.RUNNING
+    assert cost.queries <= 4, cost.statements
+    assert cost.transactions == 1, cost
+    # The one read locks the case row (FOR UPDATE) with every guard it decides on.
+    assert "FOR UPDATE" in cost.statements[0]
+    event = CaseEvent.objects.filter(case=case).order_by("-id").first()
+    assert event.action == "cases.case.claimed"
+    assert event.version == attempt.case.version
+
+
+@postgres_only
+def test_claiming_the_next_due_case_is_four_statements_in_one_transaction(approved_case):
+    case = approved_case()
+    source_verified()
+    with database_cost() as cost:
+        claimed = claim_next_due(worker=WORKER)
+    assert claimed is not None
+    assert claimed.case.pk == case.pk
+    assert cost.queries <= 4, cost.statements
+    assert cost.transactions == 1, cost
+    assert "SKIP LOCKED" in cost.statements[0]
+
+
+@postgres_only
+def test_a_safe_apply_is_at_most_six_transactions_and_changes_the_order_once(
+    approved_case, live_orders
+):
+    case = approved_case()
+    source_verified()
+    before = live_orders.state("ORD-7731")["order"]["version"]
+    with database_cost() as cost:
+        outcome = apply_case(case_id=case.pk)
+    assert outcome == "done"
+    assert cost.transactions <= 6, (cost.transactions, cost.statements)
+    # The two writes before the answer (claim, mark) and the two after it (answer with the
+    # notification's start, confirmation with the close): nothing read outside them.
+    assert cost.transactions == 4, (cost.transactions, cost.statements)
+    case.refresh_from_db()
+    assert case.status == Status.DONE
+    assert live_orders.state("ORD-7731")["order"]["version"] == before + 1
+    assert len(_applied(live_orders, "ORD-7731")) == 1
+    assert len(mail.outbox) == 1
+    actions = list(
+        CaseEvent.objects.filter(case=case).order_by("id").values_list("action", flat=True)
+    )
+    # Events recorded one after another under one lock chain onto each other without reading
+    # the head again: the chain still verifies link by link.
+    from cases.audit import verify_chains
+
+    assert verify_chains(case_reference=case.reference).ok
+    claimed = actions.index("cases.case.claimed")
+    assert actions[claimed:] == [
+        "cases.case.claimed",
+        "cases.step.applied",
+        "cases.notification.sending",
+        "cases.step.notified",
+        "cases.case.transitioned",
+    ]
+
+
+def test_a_worker_takes_every_due_case_one_after_another(approved_case, live_orders, account):
+    """``apply_due`` applies the backlog without waiting for a dispatcher pass, skips (once) a
+    case whose guard refuses, and leaves cases that are not due yet alone."""
+    orders = _orders(live_orders, account, 4)
+    cases = [approved_case(order_id=order_id) for order_id in orders]
+    waiting = cases[3]
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    type(waiting).objects.filter(pk=waiting.pk).update(next_check_at=later)
+    cancelled = cases[2]
+    agent_cancel = case_cancel_request(
+        case=cancelled, actor=Worker("customer-api"), reason="changed mind", via="api"
+    )
+    assert agent_cancel is not None
+    outcomes = apply_due(worker=WORKER, seconds=60)
+
+    assert outcomes.count("done") == 2, outcomes
+    for case in cases[:2]:
+        case.refresh_from_db()
+        assert case.status == Status.DONE
+        assert len(_applied(live_orders, case.order_id)) == 1
+    waiting.refresh_from_db()
+    assert waiting.status == Status.READY  # not due: not taken
+    assert _applied(live_orders, waiting.order_id) == []
+    cancelled.refresh_from_db()
+    assert _applied(live_orders, cancelled.order_id) == []
+    assert CancellationRequest.objects.filter(case=cancelled).exists()
+    assert not Attempt.objects.filter(case__in=[waiting, cancelled]).exists()
+    # Nothing left due: the next call returns at once with nothing done.
+    assert apply_due(worker=WORKER, seconds=60) == []
+
+
+@postgres_only
+def test_the_written_out_claim_read_reads_what_the_orm_query_reads(
+    approved_case, live_orders, account, lead
+):
+    """PostgreSQL claims through one statement written out (``claims._pg_claim_sql``); the ORM
+    query (``claims._claim_query``) is the same read for the other databases. Both must see the
+    same case, operation and guards whatever state the case is in."""
+    from django.db import transaction
+    from django.utils import timezone
+
+    from approvals.models import Approval
+    from cases.models import Case
+    from reconciliation.claims import _GUARD_COLUMNS, _claim_read_orm, _claim_read_sql
+
+    orders = _orders(live_orders, account, 4)
+    fresh, expired, cancelling, claimed = (approved_case(order_id=o) for o in orders)
+    Approval.objects.filter(proposal__case=expired).update(expires_at=timezone.now())
+    case_cancel_request(case=cancelling, actor=Worker("customer-api"), reason="no", via="api")
+    case_claim(case_id=claimed.pk, worker=WORKER)  # an attempt, events, a sequence
+    Case.objects.filter(pk=fresh.pk).update(next_check_at=timezone.now())
+
+    def same(read_sql, read_orm) -> None:
+        assert (read_sql is None) == (read_orm is None)
+        if read_sql is None:
+            return
+        for name in _GUARD_COLUMNS:
+            assert getattr(read_sql, name) == getattr(read_orm, name), name
+        assert read_sql.case.version == read_orm.case.version
+        assert read_sql.case.status == read_orm.case.status
+        assert read_sql.case.retry_counts == read_orm.case.retry_counts
+        assert read_sql.case.account.access_active == read_orm.case.account.access_active
+        assert read_sql.operation.key == read_orm.operation.key
+        assert read_sql.token is not None
+
+    now = timezone.now()
+    for case in (fresh, expired, cancelling, claimed):
+        with transaction.atomic():
+            same(
+                _claim_read_sql(now, case_id=case.pk, skip=set()),
+                _claim_read_orm(now, case_id=case.pk, skip=set()),
+            )
+    with transaction.atomic():
+        first = _claim_read_sql(now, case_id=None, skip=set())
+        assert first is not None
+        same(first, _claim_read_orm(now, case_id=None, skip=set()))
+        skip = {first.case_id}
+        same(
+            _claim_read_sql(now, case_id=None, skip=skip),
+            _claim_read_orm(now, case_id=None, skip=skip),
+        )
+
+
+@postgres_only
+def test_the_written_out_claim_writes_what_the_orm_writes(
+    approved_case, live_orders, account, monkeypatch
+):
+    """On PostgreSQL the claim's writes are one statement (``claims._claim_write_sql``); the
+    ORM's three (``_claim_write_orm``) are the other databases' way. Claimed once each way, two
+    cases end up with the same case fields, attempt and event, and both audit chains verify."""
+    from django.forms.models import model_to_dict
+
+    from cases.audit import verify_chains
+    from reconciliation import claims
+
+    one, other = (approved_case(order_id=o) for o in _orders(live_orders, account, 2))
+    by_sql = case_claim(case_id=one.pk, worker=WORKER)
+    monkeypatch.setattr(claims, "_claim_write_sql", claims._claim_write_orm)
+    by_orm = case_claim(case_id=other.pk, worker=WORKER)
+
+    def attempt_row(attempt) -> dict:
+        row = model_to_dict(Attempt.objects.get(pk=attempt.pk))
+        for name in ("id", "case", "operation", "reference", "fencing_token"):
+            row.pop(name, None)
+        row["claimed_at"] = row["lease_expires_at"] - row["claimed_at"]
+        row.pop("lease_expires_at"), row.pop("heartbeat_at")
+        return row
+
+    def event_row(attempt) -> dict:
+        event = CaseEvent.objects.filter(case_id=attempt.case_id).order_by("-id").first()
+        row = model_to_dict(event)
+        for name in ("id", "case", "reason", "hash", "prev_hash", "created_at"):
+            row.pop(name, None)
+        for name in ("attempt", "operation_key", "fencing_token", "approval", "lease_expires_at"):
+            row["detail"].pop(name)
+        return row
+
+    assert attempt_row(by_sql) == attempt_row(by_orm)
+    assert event_row(by_sql) == event_row(by_orm)
+    for case in (one, other):
+        case.refresh_from_db()
+        assert case.status == Status.APPLYING
+        assert case.waiting_on == "worker"
+        assert case.next_check_at == Attempt.objects.get(case=case).lease_expires_at
+    for case in (one, other):
+        assert verify_chains(case_reference=case.reference).ok
