@@ -88,8 +88,26 @@ def is_faultable(path: str) -> bool:
     return not (path.startswith("/_") or path == "/healthz")
 
 
-def fault_take(kind: str, *, path: str, method: str) -> FaultRule | None:
-    """Consume one use of the oldest live rule of ``kind`` matching this request, if any.
+def faults_live(kinds: set[str], *, path: str, method: str) -> list[FaultRule]:
+    """The live rules of ``kinds`` that could match this request, in one read (the middleware
+    asks once before the view and once after it, not once per kind)."""
+    if not faults_enabled() or not is_faultable(path):
+        return []
+    wanted = kinds if method == "POST" else kinds - WRITE_ONLY_KINDS
+    if not wanted:
+        return []
+    return list(
+        FaultRule.objects.filter(
+            Q(remaining__isnull=True) | Q(remaining__gt=0), kind__in=sorted(wanted)
+        )
+    )
+
+
+def fault_take(
+    kind: str, *, path: str, method: str, live: list[FaultRule] | None = None
+) -> FaultRule | None:
+    """Consume one use of the oldest live rule of ``kind`` matching this request, if any
+    (``live``: the rules :func:`faults_live` read for this request; read here otherwise).
 
     The count-down is a conditional update, so concurrent requests never share one use.
     """
@@ -97,8 +115,9 @@ def fault_take(kind: str, *, path: str, method: str) -> FaultRule | None:
         return None
     if kind in WRITE_ONLY_KINDS and method != "POST":
         return None
-    live = FaultRule.objects.filter(Q(remaining__isnull=True) | Q(remaining__gt=0), kind=kind)
-    for rule in live:
+    if live is None:
+        live = faults_live({kind}, path=path, method=method)
+    for rule in (rule for rule in live if rule.kind == kind):
         if not path.startswith(rule.path_prefix):
             continue
         if rule.remaining is None:

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.request import RawPostDataException
 
-from orders.faults import fault_take, faults_enabled, is_faultable
+from orders.faults import fault_take, faults_enabled, faults_live, is_faultable
 from orders.models import FaultRule
 from orders.server import DROPPED_KEY, SOCKET_KEY
 
@@ -155,11 +155,15 @@ class FaultInjectionMiddleware:
             return self.get_response(request)
         method = request.method or "GET"
 
-        if rule := fault_take(Kind.LATENCY, path=path, method=method):
+        # One read of the rules that act before the view, one of those that act after it.
+        before = faults_live(
+            {Kind.LATENCY, Kind.UNAVAILABLE, Kind.FAIL_BEFORE_COMMIT}, path=path, method=method
+        )
+        if rule := fault_take(Kind.LATENCY, path=path, method=method, live=before):
             time.sleep(rule.seconds)
-        if rule := fault_take(Kind.UNAVAILABLE, path=path, method=method):
+        if rule := fault_take(Kind.UNAVAILABLE, path=path, method=method, live=before):
             return unavailable("Injected fault: unavailable.", rule.retry_after)
-        if rule := fault_take(Kind.FAIL_BEFORE_COMMIT, path=path, method=method):
+        if rule := fault_take(Kind.FAIL_BEFORE_COMMIT, path=path, method=method, live=before):
             try:
                 with transaction.atomic():
                     self.get_response(request)
@@ -170,9 +174,12 @@ class FaultInjectionMiddleware:
 
         response = self.get_response(request)
 
-        if rule := fault_take(Kind.DELAY_AFTER_COMMIT, path=path, method=method):
+        after = faults_live(
+            {Kind.DELAY_AFTER_COMMIT, Kind.DROP_AFTER_COMMIT}, path=path, method=method
+        )
+        if rule := fault_take(Kind.DELAY_AFTER_COMMIT, path=path, method=method, live=after):
             time.sleep(rule.seconds)
-        if fault_take(Kind.DROP_AFTER_COMMIT, path=path, method=method):
+        if fault_take(Kind.DROP_AFTER_COMMIT, path=path, method=method, live=after):
             self._drop(request)
         return response
 

@@ -174,3 +174,32 @@ def test_testing_endpoints_seed_reset_and_report_state(api):
     api.post("/_testing/reset")
 
     assert snapshot() == {"accounts": [], "orders": [], "slots": [], "operations": [], "events": []}
+
+
+@pytest.mark.usefixtures("faults_on")
+def test_the_fault_rules_are_read_once_before_and_once_after_the_view(api):
+    """With fault injection on, a write reads the rules twice (those acting before the view,
+    those acting after it), not once per kind of fault; a read asks only for the kinds that
+    touch reads. A rule still takes effect, and only as often as it says."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    def fault_reads(call) -> tuple[int, object]:
+        with CaptureQueriesContext(connection) as queries:
+            response = call()
+        # The middleware's reads of live rules (the view reads the search lag on its own).
+        live = '"orders_faultrule"."remaining" IS NULL'
+        reads = [q["sql"] for q in queries.captured_queries if live in q["sql"]]
+        return len(reads), response
+
+    reads, written = fault_reads(lambda: api.apply(operation_body()))
+    assert written.status_code == 201
+    assert reads == 2  # before: 5, one per kind
+    reads, read = fault_reads(lambda: api.get(f"/orders/{ORDER_ID}"))
+    assert read.status_code == 200
+    assert reads == 1
+
+    fault_add(kind="unavailable", path_prefix="/orders/", times=1)
+    _, refused = fault_reads(lambda: api.get(f"/orders/{ORDER_ID}"))
+    _, served = fault_reads(lambda: api.get(f"/orders/{ORDER_ID}"))
+    assert (refused.status_code, served.status_code) == (503, 200)
