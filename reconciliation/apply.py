@@ -114,6 +114,13 @@ def _reached(point: str) -> None:
         observer(point)
 
 
+# The outcomes of a claim refused because these records may be older than the order system:
+# a worker taking one due case after another stops at them (recovery ran, or must).
+RESTORE_DETECTED = "refused: restore detected"
+RECOVERY_REQUIRED = "refused: recovery after restore required"
+RESTORE_REFUSALS = (RESTORE_DETECTED, RECOVERY_REQUIRED)
+
+
 def apply_case(
     *, case_id: int, client: OrderSystemClient | None = None, worker: Worker | None = None
 ) -> str:
@@ -152,7 +159,7 @@ def apply_due(
         if outcome is None:
             break
         outcomes.append(outcome)
-        if outcome.startswith("refused: re"):  # a restore: recovery ran, stop here
+        if outcome.startswith(RESTORE_REFUSALS):  # a restore: recovery ran, stop here
             break
     return outcomes
 
@@ -173,12 +180,12 @@ def _claim_and_run(
             if why:
                 logger.warning("Database restore detected at the source (%s): recovering", why)
                 recover_after_restore(progress=logger.info, client=client)
-                return f"refused: restore detected ({why}); recovered before any claim"
+                return f"{RESTORE_DETECTED} ({why}); recovered before any claim"
             claimed = claim(True)
     except ClaimRefused as refusal:
         return f"refused: {refusal.extra.get('reason', refusal.code)}"
     except RecoveryRequired:
-        return "refused: recovery after restore required"
+        return RECOVERY_REQUIRED
     if claimed is None:
         return None
     return run_attempt(attempt_id=claimed.attempt.pk, client=client, worker=worker, claimed=claimed)
@@ -235,7 +242,7 @@ def run_attempt(
         outcome = _notify(attempt, worker, plan)
         if outcome != "confirmed":
             return outcome
-    return _close(attempt, client, worker)
+    return _close(attempt, worker)
 
 
 # --- step: apply ---------------------------------------------------------------------------
@@ -741,7 +748,7 @@ def _notification_uncertain(
 # --- step: close ---------------------------------------------------------------------------
 
 
-def _close(attempt: Attempt, client: OrderSystemClient, worker: Worker) -> str:
+def _close(attempt: Attempt, worker: Worker) -> str:
     with case_step(attempt.case_id, actor=worker, related=WORKER_RELATED) as case:
         if case.status == Status.DONE:
             return "done"  # closed already (run again, or by settlement): nothing left

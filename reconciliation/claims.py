@@ -326,8 +326,29 @@ def _load(model: Any, values: tuple[Any, ...]) -> Any:
     return model.from_db(connection.alias, [field.attname for field in fields], converted)
 
 
+# Written into the statements, not bound: a prepared statement's generic plan can use a partial
+# index (the open proposal per case, the ready cases by due time) only when its query names the
+# index's own condition.
+_OPEN_STATUSES = ", ".join(f"'{status}'" for status in Proposal.OPEN)
+
+
 @functools.cache
-def _pg_claim_sql(next_due: bool) -> str:
+def _pg_pick_sql() -> str:
+    """Only the pick: the ready case due longest that nobody holds, locked; the read by id
+    follows (one statement more, measured faster than the whole read ordered by due time:
+    1.9–2.0 ms a claim against 3.1–3.2 ms, with 300 due)."""
+    return f"""
+        SELECT c.id FROM {Case._meta.db_table} c
+        WHERE c.status = '{Status.READY.value}' AND c.next_check_at <= %(now)s
+          AND NOT (c.order_id = ANY(%(sandbox)s)) AND NOT (c.id = ANY(%(skip)s))
+          AND EXISTS (SELECT 1 FROM {Proposal._meta.db_table} p
+                      WHERE p.case_id = c.id AND p.status IN ({_OPEN_STATUSES}))
+        ORDER BY c.next_check_at LIMIT 1 FOR UPDATE OF c SKIP LOCKED"""  # noqa: S608 - metadata
+
+
+@functools.cache
+def _pg_claim_sql() -> str:
+    """The claim's read of one case by id, locking its row."""
     from approvals.models import Approval
     from reconciliation.models import OrderSystemProfile
 
@@ -344,10 +365,6 @@ def _pg_claim_sql(next_due: bool) -> str:
         "event": CaseEvent._meta.db_table,
         "marker": SystemMarker._meta.db_table,
     }
-    # The statuses are written into the text, not bound: a prepared statement's generic plan
-    # can use a partial index (the open proposal per case, the ready cases by due time) only
-    # when its query names the index's own condition.
-    open_statuses = ", ".join(f"'{status}'" for status in Proposal.OPEN)
     live = (
         f"FROM {t['approval']} ap JOIN {t['proposal']} pp ON pp.id = ap.proposal_id "
         "WHERE pp.case_id = c.id AND pp.status = %(approved)s AND ap.decision = %(approved)s "
@@ -377,18 +394,7 @@ def _pg_claim_sql(next_due: bool) -> str:
         JOIN {t["case"]} c ON c.id = p.case_id
         JOIN {t["account"]} a ON a.id = c.account_id
         LEFT JOIN {t["operation"]} o ON o.id = p.operation_id
-        WHERE p.status IN ({open_statuses})"""  # noqa: S608 - identifiers from the models' metadata
-    if next_due:
-        # Only the pick: the ready case due longest that nobody holds, locked. Then the read
-        # by id (one statement more, measured faster than the whole read ordered by due time:
-        # 1.9–2.0 ms a claim against 3.1–3.2 ms, with 300 due).
-        return f"""
-        SELECT c.id FROM {t["case"]} c
-        WHERE c.status = '{Status.READY.value}' AND c.next_check_at <= %(now)s
-          AND NOT (c.order_id = ANY(%(sandbox)s)) AND NOT (c.id = ANY(%(skip)s))
-          AND EXISTS (SELECT 1 FROM {t["proposal"]} p
-                      WHERE p.case_id = c.id AND p.status IN ({open_statuses}))
-        ORDER BY c.next_check_at LIMIT 1 FOR UPDATE OF c SKIP LOCKED"""  # noqa: S608 - metadata
+        WHERE p.status IN ({_OPEN_STATUSES})"""  # noqa: S608 - identifiers from the models' metadata
     return select + " AND p.case_id = %(case)s ORDER BY p.created_at LIMIT 1 FOR UPDATE OF c"
 
 
@@ -423,12 +429,12 @@ def _claim_read_sql(now: dt.datetime, *, case_id: int | None, skip: set[int]) ->
     }
     with _prepared_cursor() as cursor:
         if case_id is None:
-            cursor.execute(_pg_claim_sql(True), params)
+            cursor.execute(_pg_pick_sql(), params)
             picked = cursor.fetchone()
             if picked is None:
                 return None
             params["case"] = picked[0]
-        cursor.execute(_pg_claim_sql(False), params)
+        cursor.execute(_pg_claim_sql(), params)
         values = cursor.fetchone()
     if values is None:
         return None
@@ -587,32 +593,47 @@ def _claim_write_orm(case: Case, version: int, attempt: Attempt, event: CaseEven
     event.save(force_insert=True)
 
 
-def _insert_columns(instance: Any) -> tuple[list[str], list[Any]]:
-    """The columns of ``instance``'s row and their values as Django would write them."""
-    fields = [f for f in instance._meta.concrete_fields if not f.primary_key]
-    names = [f'"{f.column}"' for f in fields]
-    values = [f.get_db_prep_save(f.pre_save(instance, True), connection) for f in fields]
-    return names, values
+def _insert_fields(model: Any) -> list[Any]:
+    """The fields an INSERT of ``model`` writes (all but the primary key), in column order."""
+    return [f for f in model._meta.concrete_fields if not f.primary_key]
+
+
+def _insert_values(instance: Any) -> list[Any]:
+    """The values of ``instance``'s new row, as Django would write them."""
+    return [
+        f.get_db_prep_save(f.pre_save(instance, True), connection)
+        for f in _insert_fields(type(instance))
+    ]
+
+
+@functools.cache
+def _pg_write_sql() -> str:
+    """The won claim's writes as one statement: the compare-and-set of the case, and only if it
+    moved the row, the attempt and the claim's event."""
+
+    def insert(model: Any, source: str) -> str:
+        fields = _insert_fields(model)
+        names = ", ".join(f'"{f.column}"' for f in fields)
+        values = ", ".join(["%s"] * len(fields))
+        return (
+            f'INSERT INTO "{model._meta.db_table}" ({names}) '  # noqa: S608 - model metadata
+            f'SELECT {values} FROM {source} RETURNING "id"'
+        )
+
+    sets = ", ".join(f'"{_case_field(name).column}" = %s' for name in _CLAIMED_FIELDS)
+    return (
+        f'WITH claimed AS (UPDATE "{Case._meta.db_table}" SET {sets} '  # noqa: S608 - metadata
+        f'WHERE "id" = %s AND "status" = %s AND "version" = %s RETURNING "id"), '
+        f"attempt AS ({insert(Attempt, 'claimed')}), "
+        f"event AS ({insert(CaseEvent, 'attempt')}) "
+        "SELECT attempt.id, event.id FROM attempt, event"
+    )
 
 
 def _claim_write_sql(case: Case, version: int, attempt: Attempt, event: CaseEvent) -> None:
-    """The won claim's writes as one statement on PostgreSQL (bound on the server, so it stays
-    prepared): the compare-and-set of the case, and only if it moved the row, the attempt and
-    the claim's event. ``tests/reconciliation/test_hot_path.py`` checks it writes what
-    :func:`_claim_write_orm` writes."""
-    attempt_names, attempt_values = _insert_columns(attempt)
-    event_names, event_values = _insert_columns(event)
-    case_table = Case._meta.db_table
-    sets = ", ".join(f'"{_case_field(name).column}" = %s' for name in _CLAIMED_FIELDS)
-    sql = (
-        f'WITH claimed AS (UPDATE "{case_table}" SET {sets} '  # noqa: S608 - model metadata
-        f'WHERE "id" = %s AND "status" = %s AND "version" = %s RETURNING "id"), '
-        f'attempt AS (INSERT INTO "{Attempt._meta.db_table}" ({", ".join(attempt_names)}) '
-        f'SELECT {", ".join(["%s"] * len(attempt_values))} FROM claimed RETURNING "id"), '
-        f'event AS (INSERT INTO "{CaseEvent._meta.db_table}" ({", ".join(event_names)}) '
-        f'SELECT {", ".join(["%s"] * len(event_values))} FROM attempt RETURNING "id") '
-        "SELECT attempt.id, event.id FROM attempt, event"
-    )
+    """The won claim's writes as one statement on PostgreSQL (:func:`_pg_write_sql`, bound on
+    the server, so it stays prepared). ``tests/reconciliation/test_hot_path.py`` checks it
+    writes what :func:`_claim_write_orm` writes."""
     params = [
         *(
             _case_field(name).get_db_prep_save(getattr(case, name), connection)
@@ -621,11 +642,11 @@ def _claim_write_sql(case: Case, version: int, attempt: Attempt, event: CaseEven
         case.pk,
         Status.READY.value,
         version,
-        *attempt_values,
-        *event_values,
+        *_insert_values(attempt),
+        *_insert_values(event),
     ]
     with _prepared_cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(_pg_write_sql(), params)
         ids = cursor.fetchone()
     if ids is None:  # the read locked the row: only a broken lock could get here
         raise ClaimRefused(f"{case.reference} changed while it was claimed.", reason="claimed")
@@ -659,10 +680,11 @@ def claim_case(
     kind: str = "apply",
     source_checked: bool = False,
 ) -> Claimed:
-    """:func:`case_claim` returning what the claim read (``Claimed``). One transaction of four
-    queries on PostgreSQL: the guarded read that locks the case row, the case's update, the
-    attempt, the event. Any guard that fails is reported by :func:`_claim_refused`, which reads
-    the services' own view of it and moves the case where it belongs."""
+    """:func:`case_claim` returning what the claim read (``Claimed``). One transaction: on
+    PostgreSQL two statements, the guarded read that locks the case row and the write of the
+    case, the attempt and the event (:func:`_claim_write_sql`). Any guard that fails is reported
+    by :func:`_claim_refused`, which reads the services' own view of it and moves the case where
+    it belongs."""
     now = timezone.now()
     with transaction.atomic():
         row = _claim_read(now, case_id=case_id)

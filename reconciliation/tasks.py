@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections import Counter
 
 from django.conf import settings
 
@@ -50,9 +51,7 @@ def apply_due() -> str:
 
 
 def _tally(outcomes: list[str]) -> str:
-    counts: dict[str, int] = {}
-    for outcome in outcomes:
-        counts[outcome.split(":")[0]] = counts.get(outcome.split(":")[0], 0) + 1
+    counts = Counter(outcome.split(":")[0] for outcome in outcomes)
     return ", ".join(f"{n} {word}" for word, n in sorted(counts.items()))
 
 
