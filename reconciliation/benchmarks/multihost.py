@@ -1,12 +1,13 @@
 """A backlog applied by django-q2 clusters on several worker hosts sharing the Redis broker.
 
 Each host is a network namespace with its own address (``reconciliation.benchmarks.netns``);
-its ``qcluster`` reaches PostgreSQL, Redis and the order system through forwarders on the host
-side. All hosts get one ``Q_CLUSTER_NAME`` (``config.settings``: django-q2's cluster name, which
-names the Redis list ``django_q:<name>:q`` and its stats and salts the signature of every task),
-so they pop one list; a name unique to the run leaves every other queue alone, and its keys are
-deleted afterwards. This process enqueues onto that list with a broker of its own
-(``redis_cluster``: signed for that name), whatever its own settings' broker and name are.
+its ``qcluster`` reaches PostgreSQL, Redis and the order system through forwarders listening
+in the hosts' hub namespace. All hosts get one ``Q_CLUSTER_NAME`` (``config.settings``:
+django-q2's cluster name, which names the Redis list ``django_q:<name>:q`` and its stats and
+salts the signature of every task), so they pop one list; a name unique to the run leaves
+every other queue alone, and its keys are deleted afterwards. This process enqueues onto that
+list with a broker of its own (``redis_cluster``: signed for that name), whatever its own
+settings' broker and name are.
 
 ``measure_multihost`` is the benchmark's figure (applies/s for the hosts together); the helpers
 are shared with ``tests/reconciliation/test_multihost.py``.
@@ -18,6 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections import Counter
@@ -30,6 +33,7 @@ from django.conf import settings
 from django.db import connection
 
 from reconciliation.benchmarks.netns import (
+    ROOT,
     Host,
     HostsUnavailable,
     Network,
@@ -128,11 +132,11 @@ def enqueue_applies(broker: Any, case_ids: Iterable[int]) -> None:
 
 
 def probe_relayed(network: Network, orders_base_url: str) -> None:
-    """Probe the order system at the address the hosts use (through the forwarder), with the
-    sandbox order of its latest profile at ``orders_base_url``: a profile belongs to a base
-    URL, and the hosts' workers look theirs up by the one they are given."""
-    from reconciliation.client import OrderSystemClient
-    from reconciliation.probe import order_system_probe
+    """Probe the order system at the address the hosts use, from the first host
+    (``manage.py probe_order_system`` inside it, through the forwarders), with the sandbox
+    order of its latest profile at ``orders_base_url``: a profile belongs to a base URL, and the
+    hosts' workers look theirs up by the one they are given. This process cannot reach that
+    address: the hosts' network is not this machine's own."""
     from reconciliation.selectors import current_profile
 
     known = current_profile(orders_base_url)
@@ -140,15 +144,31 @@ def probe_relayed(network: Network, orders_base_url: str) -> None:
         raise HostsUnavailable(
             f"the order system at {orders_base_url} has no autonomous profile to repeat"
         )
-    client = OrderSystemClient(network.urls["orders"], timeouts=settings.ORDER_SYSTEM_TIMEOUTS)
-    try:
-        profile = order_system_probe(sandbox_order_id=known.sandbox_order_id, client=client)
-    finally:
-        client.close()
-    if profile.autonomy != "autonomous":
+    host = network.hosts[0]
+    relayed = network.urls["orders"]
+    result = subprocess.run(  # noqa: S603 - ip netns exec, our interpreter
+        host.argv(
+            sys.executable,
+            "manage.py",
+            "probe_order_system",
+            "--order",
+            known.sandbox_order_id,
+            "--url",
+            relayed,
+        ),
+        cwd=ROOT,
+        env=network.host_env(host, host_env()),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    profile = current_profile(relayed)
+    if result.returncode != 0 or profile is None or profile.autonomy != "autonomous":
         raise MultihostError(
-            f"the order system through the hosts' forwarder is {profile.autonomy}: "
-            f"{profile.autonomy_reason}"
+            f"the order system through the hosts' forwarder is not autonomous "
+            f"(probe from {host.hostname} exited {result.returncode}):\n"
+            f"{(result.stdout + result.stderr)[-2000:]}"
         )
 
 

@@ -3,12 +3,16 @@
 A test or a benchmark that needs django-q2 clusters on separate hosts (the Redis broker shared
 between them) runs each cluster in its own Linux network namespace:
 
-- one bridge on the host side (``10.231.X.1/24``, ``X`` free on this machine) and per host a
-  namespace with a veth pair on it (``10.231.X.11``, ``.12``, ...) and its loopback up;
+- a hub namespace holds a bridge (``10.231.0.1/24``) and, per host, one end of a veth pair
+  whose other end is in the host's namespace (``10.231.0.11``, ``.12``, ...), loopback up;
+- nothing is created in this machine's own network namespace: no link, no address, no route.
+  A program there that watches the network (Chromium aborts its loads with
+  ``ERR_NETWORK_CHANGED`` when a link or address appears) sees nothing change;
 - PostgreSQL, Redis and the order system listen on 127.0.0.1 only, which a namespace cannot
   reach, so small TCP forwarders (asyncio, one thread of this process) listen on the bridge's
-  address and relay to them; each counts the connections and bytes per peer address, so a test
-  can show which host's traffic crossed the network;
+  address inside the hub (their sockets are made there, ``setns(2)`` in a short-lived thread)
+  and relay to them from this process's own namespace; each counts the connections and bytes
+  per peer address, so a test can show which host's traffic crossed the network;
 - each host's ``qcluster`` runs inside its namespace (``ip netns exec``) and in a UTS namespace
   of its own with its own hostname (``unshare --uts``), so ``Worker.current`` labels
   (``apply:<hostname>:<pid>``, stored on every attempt) name the host; it has its own
@@ -16,11 +20,11 @@ between them) runs each cluster in its own Linux network namespace:
   (``pg_stat_activity.application_name`` names the host of each connection).
 
 Needs root, ``ip`` (iproute2), ``unshare`` and ``hostname`` (util-linux), and a kernel with
-network namespaces, veth and bridges: ``unavailable_reason()`` says what is missing. Names
-carry the prefix ``hfq`` and the owner's process id (namespace names; the links' alias), so a
-run that was killed leaves nothing another run trips over: every run first removes the ``hfq``
-namespaces and links whose owner is gone, under a lock. Everything a run made is removed when
-its context exits, on failure too.
+network namespaces, veth and bridges: ``unavailable_reason()`` says what is missing. Namespace
+names carry the prefix ``hfq`` and the owner's process id, so a run that was killed leaves
+nothing another run trips over: every run first removes the ``hfq`` namespaces whose owner is
+gone (their links go with them), under a lock. Everything a run made is removed when its
+context exits, on failure too.
 
 Measurement only: nothing here changes how Holdfast works.
 """
@@ -29,12 +33,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import fcntl
 import os
 import re
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -47,10 +53,10 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 PREFIX = "hfq"
-SUBNET = "10.231"  # 10.231.X.0/24 per run, X = 1..254 and not in use on this machine
+SUBNET = "10.231.0"  # every run has its own hub, so every run may use the same subnet
 _LOCK_PATH = Path(tempfile.gettempdir()) / "holdfast-netns.lock"
-_NETNS_NAME = re.compile(rf"^{PREFIX}-(\d+)-[0-9a-f]+-\d+$")
-_OWNER_ALIAS = re.compile(r"holdfast-netns owner=(\d+)")
+_NETNS_NAME = re.compile(rf"^{PREFIX}-(\d+)-[0-9a-f]+-(\d+|hub)$")
+_CLONE_NEWNET = 0x40000000
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -142,30 +148,17 @@ def _kill_netns(name: str) -> None:
     _ip("netns", "del", name, check=False)
 
 
-def _link_alias(name: str) -> str:
-    try:
-        return Path(f"/sys/class/net/{name}/ifalias").read_text().strip()
-    except OSError:
-        return ""
-
-
 def remove_stale() -> list[str]:
-    """Remove the ``hfq`` namespaces and links whose owning process is gone; what was removed.
+    """Remove the ``hfq`` namespaces whose owning process is gone; what was removed (a
+    namespace's links go with it).
 
-    Call with the lock held (``_locked``): a live run creates and labels its links under it."""
+    Call with the lock held (``_locked``): a live run creates its namespaces under it."""
     removed = []
     for line in _ip("netns", "list", check=False).stdout.splitlines():
         name = line.split()[0] if line.split() else ""
         if (match := _NETNS_NAME.match(name)) and not _pid_alive(int(match.group(1))):
             _kill_netns(name)
             removed.append(name)
-    for link in sorted(os.listdir("/sys/class/net")):
-        if not link.startswith(PREFIX):
-            continue
-        owner = _OWNER_ALIAS.search(_link_alias(link))
-        if owner is None or not _pid_alive(int(owner.group(1))):
-            _ip("link", "del", link, check=False)
-            removed.append(link)
     return removed
 
 
@@ -179,12 +172,40 @@ def _locked() -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _free_subnet() -> str:
-    used = set(re.findall(rf"inet {re.escape(SUBNET)}\.(\d+)\.", _ip("-4", "addr").stdout))
-    for third in range(1, 255):
-        if str(third) not in used:
-            return f"{SUBNET}.{third}"
-    raise HostsUnavailable(f"no free {SUBNET}.X.0/24 subnet left on this machine")
+def listening_sockets(netns: str, host: str, count: int) -> list[socket.socket]:
+    """``count`` TCP sockets listening on ``host`` (an ephemeral port each) inside the named
+    network namespace, made by a short-lived thread that enters it: ``setns(2)`` changes the
+    calling thread only, and a socket stays in the namespace it was made in."""
+    made: list[socket.socket] = []
+    failure: list[BaseException] = []
+
+    def enter_and_listen() -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        try:
+            with open(f"/run/netns/{netns}") as target:  # noqa: PTH123 - fd for setns(2)
+                if libc.setns(target.fileno(), _CLONE_NEWNET) != 0:
+                    error = ctypes.get_errno()
+                    raise OSError(error, f"setns into {netns}: {os.strerror(error)}")
+            for _ in range(count):
+                listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                listener.bind((host, 0))
+                listener.listen(128)
+                listener.setblocking(False)
+                made.append(listener)
+        except OSError as exc:  # raised again in the caller's thread
+            failure.append(exc)
+        # The thread ends here, in the namespace it entered: nothing else runs on it.
+
+    worker = threading.Thread(target=enter_and_listen, name="holdfast-netns-listen")
+    worker.start()
+    worker.join(timeout=10)
+    if failure or worker.is_alive() or len(made) != count:
+        for listener in made:
+            listener.close()
+        reason = failure[0] if failure else "timed out"
+        raise HostsUnavailable(f"could not listen on {host} inside {netns}: {reason}")
+    return made
 
 
 # --- forwarders -----------------------------------------------------------------------------
@@ -309,13 +330,20 @@ class Relay:
         )
         self._thread.start()
 
-    def forward(self, name: str, listen_host: str, target_host: str, target_port: int) -> Forwarder:
+    def forward(
+        self,
+        name: str,
+        listener: socket.socket,
+        target_host: str,
+        target_port: int,
+    ) -> Forwarder:
+        """Relay the connections ``listener`` accepts (a listening socket, in whichever network
+        namespace it was made) to ``target_host:target_port`` as this process reaches it."""
+        listen_host = str(listener.getsockname()[0])
         forwarder = Forwarder(name, listen_host, target_host, target_port)
 
         async def start() -> asyncio.Server:
-            return await self.loop.create_server(
-                lambda: _Pipe(forwarder, peer=""), listen_host, 0, reuse_address=True
-            )
+            return await self.loop.create_server(lambda: _Pipe(forwarder, peer=""), sock=listener)
 
         server = asyncio.run_coroutine_threadsafe(start(), self.loop).result(timeout=10)
         forwarder._server = server
@@ -428,9 +456,11 @@ class Host:
 
 @dataclass
 class Network:
-    """The hosts of one run, the bridge they share and the forwarders on its host side."""
+    """The hosts of one run, the hub namespace whose bridge they share, and the forwarders
+    listening there."""
 
     run: str
+    hub: str
     gateway: str
     bridge: str
     hosts: list[Host]
@@ -475,35 +505,32 @@ def worker_network(
     owner = os.getpid()
     nonce = secrets.token_hex(2)
     run = f"{PREFIX}{nonce}"
-    alias = f"holdfast-netns owner={owner}"
+    hub = f"{PREFIX}-{owner}-{nonce}-hub"
     bridge = f"{run}b"
+    gateway = f"{SUBNET}.1"
     namespaces: list[str] = []
-    links: list[str] = []
     relay: Relay | None = None
-    made_bridge = False
     try:
         with _locked():
             remove_stale()
-            subnet = _free_subnet()
-            gateway = f"{subnet}.1"
-            _ip("link", "add", bridge, "type", "bridge")
-            made_bridge = True
-            _ip("link", "set", "dev", bridge, "alias", alias)
-            _ip("addr", "add", f"{gateway}/24", "dev", bridge)
-            _ip("link", "set", bridge, "up")
+            _ip("netns", "add", hub)
+            namespaces.append(hub)
+            _ip("link", "set", "lo", "up", netns=hub)
+            _ip("link", "add", bridge, "type", "bridge", netns=hub)
+            _ip("addr", "add", f"{gateway}/24", "dev", bridge, netns=hub)
+            _ip("link", "set", bridge, "up", netns=hub)
             hosts = []
             for index in range(count):
                 netns = f"{PREFIX}-{owner}-{nonce}-{index}"
                 outside, inside = f"{run}h{index}", f"{run}n{index}"
                 _ip("netns", "add", netns)
                 namespaces.append(netns)
-                _ip("link", "add", outside, "type", "veth", "peer", "name", inside)
-                links.append(outside)
-                _ip("link", "set", "dev", outside, "alias", alias)
-                _ip("link", "set", inside, "netns", netns)
-                _ip("link", "set", outside, "master", bridge)
-                _ip("link", "set", outside, "up")
-                address = f"{subnet}.{11 + index}"
+                # Both ends made where they live: the hub's end in the hub, the host's in the host.
+                _ip("link", "add", outside, "type", "veth", "peer", "name", inside, "netns", netns,
+                    netns=hub)  # fmt: skip
+                _ip("link", "set", outside, "master", bridge, netns=hub)
+                _ip("link", "set", outside, "up", netns=hub)
+                address = f"{SUBNET}.{11 + index}"
                 _ip("addr", "add", f"{address}/24", "dev", inside, netns=netns)
                 _ip("link", "set", inside, "up", netns=netns)
                 _ip("link", "set", "lo", "up", netns=netns)
@@ -519,21 +546,24 @@ def worker_network(
                         log_path=host_dir / "qcluster.log",
                     )
                 )
-        relay = Relay()
-        forwarders = {}
-        urls = {}
-        for name, url, default_port in (
+        services = (
             ("database", database_url, 5432),
             ("redis", redis_url, 6379),
             ("orders", orders_url, 80),
-        ):
+        )
+        listeners = listening_sockets(hub, gateway, len(services))
+        relay = Relay()
+        forwarders = {}
+        urls = {}
+        for (name, url, default_port), listener in zip(services, listeners, strict=True):
             target_host, target_port = _target(url, default_port)
-            forwarder = relay.forward(name, gateway, target_host, target_port)
+            forwarder = relay.forward(name, listener, target_host, target_port)
             forwarders[name] = forwarder
             urls[name] = _rehost(url, gateway, forwarder.port)
         forwarders["postgres"] = forwarders["database"]
         yield Network(
             run=run,
+            hub=hub,
             gateway=gateway,
             bridge=bridge,
             hosts=hosts,
@@ -546,14 +576,10 @@ def worker_network(
             for pid in _netns_pids(netns):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-        for link in links:  # deleting one end removes the pair at once (a namespace's goes later)
-            _ip("link", "del", link, check=False)
-        for netns in namespaces:
-            _kill_netns(netns)
-        if made_bridge:
-            _ip("link", "del", bridge, check=False)
         if relay is not None:
             relay.close()
+        for netns in reversed(namespaces):  # a namespace's links go with it
+            _kill_netns(netns)
 
 
 @contextlib.contextmanager

@@ -2,11 +2,16 @@
 
 Two django-q2 clusters, each on its own host (a network namespace with its own address and
 hostname, ``reconciliation.benchmarks.netns``), reach the one PostgreSQL, Redis and the live
-reference order system through forwarders on the host side, and pop one Redis list (a cluster
+reference order system through forwarders in their hub namespace, and pop one Redis list (a cluster
 name unique to the test). The order system's own records say what happened: every order of the
 backlog changed exactly once, and the fencing tokens of its operations belong to attempts of
 both hosts (each attempt's worker label names its host's hostname); the forwarders saw both
 hosts' addresses.
+
+Nothing of it is made in the machine's own network namespace (the bridge and the hosts' links
+live in a hub namespace): a test watches that namespace with ``ip monitor`` while a network is
+set up, used and removed. A bridge there once made the browser suite, running beside this one,
+abort a stylesheet's load with ``ERR_NETWORK_CHANGED``.
 
 The second test SIGKILLs one host (the one not running the sweeper) while it has an apply in
 flight: the other host finishes the backlog (the dispatcher re-drives the tasks the dead host
@@ -19,6 +24,7 @@ in CI (``CI=true``), whose machines have all three.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections import Counter, deque
 
@@ -160,6 +166,60 @@ def _wait_for(condition, *, timeout: float, what: str):
             return value
         time.sleep(0.02)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+_PING = (
+    "import socket, sys\n"
+    "s = socket.create_connection((sys.argv[1], int(sys.argv[2])), 5)\n"
+    "s.sendall(b'PING\\r\\n')\n"
+    "print(s.recv(16))\n"
+)
+
+
+def test_the_machine_s_own_network_does_not_change_while_hosts_come_and_go(
+    hosts_possible, tmp_path
+):
+    monitor = subprocess.Popen(
+        ["ip", "-o", "monitor", "link", "address", "route"],  # noqa: S607 - iproute2 from PATH
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        time.sleep(0.5)  # ip monitor subscribes before the network is made
+        with _worker_network(
+            HOSTS,
+            database_url=database_url(),
+            redis_url=redis_url(),
+            orders_url="http://127.0.0.1:9",
+            log_dir=tmp_path / "hosts",
+        ) as net:
+            hub_links = subprocess.run(
+                ["ip", "-n", net.hub, "-o", "link"],  # noqa: S607
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+            # The hosts reach Redis through the hub's forwarder: the network is really there.
+            ping = subprocess.run(
+                net.hosts[0].argv(
+                    "python3", "-c", _PING, net.gateway, str(net.forwarders["redis"].port)
+                ),
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+        time.sleep(0.5)  # the removal's own events, if there were any, are read too
+    finally:
+        monitor.terminate()
+        seen, _ = monitor.communicate(timeout=10)
+    assert f"{net.bridge}:" in hub_links
+    assert all(f"{net.run}h{host.index}@" in hub_links for host in net.hosts), hub_links
+    assert "PONG" in ping.stdout, ping.stdout + ping.stderr
+    assert net.forwarders["redis"].connections == {net.hosts[0].address: 1}
+    ours = [line for line in seen.splitlines() if "hfq" in line or "10.231." in line]
+    assert not ours, "the machine's own network changed:\n" + "\n".join(ours)
 
 
 def test_two_worker_hosts_apply_one_backlog_and_change_every_order_exactly_once(
