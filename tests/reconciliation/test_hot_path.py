@@ -60,6 +60,7 @@ def test_a_claim_is_four_statements_in_one_transaction(approved_case):
         attempt = case_claim(case_id=case.pk, worker=WORKER)
     assert attempt.state == Attempt.State.RUNNING
     assert cost.queries <= 4, cost.statements
+    assert cost.queries == 2, cost.statements  # the read and the write
     assert cost.transactions == 1, cost
     # The one read locks the case row (FOR UPDATE) with every guard it decides on.
     assert "FOR UPDATE" in cost.statements[0]
@@ -78,7 +79,11 @@ def test_claiming_the_next_due_case_is_four_statements_in_one_transaction(approv
     assert claimed.case.pk == case.pk
     assert cost.queries <= 4, cost.statements
     assert cost.transactions == 1, cost
+    # The pick (SKIP LOCKED) and the read by id of what it picked are one statement; the write
+    # is the other.
+    assert cost.queries == 2, cost.statements
     assert "SKIP LOCKED" in cost.statements[0]
+    assert "FOR UPDATE OF c" in cost.statements[0].rpartition("SKIP LOCKED")[2]
 
 
 @postgres_only
