@@ -39,6 +39,33 @@ DROPPED_KEY = "orders.dropped"
 IDLE_TIMEOUT_SECONDS = 30.0
 
 
+class CoalescingServerHandler(ServerHandler):
+    """Django's ``ServerHandler`` that sends an answer's status line, headers and body in one
+    write: wsgiref writes them piece by piece (status line, ``Date``, ``Server``, the other
+    headers, then the body), and with ``TCP_NODELAY`` each piece is a system call and a TCP
+    segment of its own. The bytes and their order are unchanged: what ``_write`` queues goes
+    out at wsgiref's own flush points (after every body chunk) and, for whatever an answer
+    queued without one (headers of an empty streaming body, an interrupted answer), at
+    :meth:`flush_pending` once ``run`` returns."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pending: list[bytes] = []
+
+    def _write(self, data: bytes) -> None:
+        self._pending.append(data)
+
+    def _flush(self) -> None:
+        self.flush_pending()
+        self.stdout.flush()
+
+    def flush_pending(self) -> None:
+        if self._pending:
+            data = b"".join(self._pending)
+            self._pending.clear()
+            self.stdout.write(data)
+
+
 class QuietHandler(WSGIRequestHandler):
     """One TCP connection: requests answered in turn while the connection stays open."""
 
@@ -87,9 +114,13 @@ class QuietHandler(WSGIRequestHandler):
         environ = self.get_environ()
         # Django's ServerHandler: HTTP/1.1, drains an unread request body, and sends
         # ``Connection: close`` (setting our ``close_connection``) for an answer without a length.
-        handler = ServerHandler(self.rfile, self.wfile, self.get_stderr(), environ)
+        handler = CoalescingServerHandler(self.rfile, self.wfile, self.get_stderr(), environ)
         handler.request_handler = self  # type: ignore[attr-defined]
         handler.run(self.server.get_app())  # type: ignore[attr-defined]
+        try:
+            handler.flush_pending()
+        except OSError:  # the client went away (or the answer was dropped on purpose)
+            self.close_connection = True
         if environ.get(DROPPED_KEY):
             self.close_connection = True
 

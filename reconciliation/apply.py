@@ -103,9 +103,11 @@ WORKER_RELATED = ("account",)
 
 # Named points of the apply step (``after_claim``: claimed, nothing sent yet; ``after_submit``:
 # the order system answered, the answer not saved yet; ``after_confirm``: the answer and the
-# notification's start are saved, the email not sent yet). Each observer is called with the point's
-# name; none is registered unless an upper layer registers one (``ReconciliationConfig.ready``
-# registers the drills' stop point), so by default the points do nothing.
+# notification's start are saved, the email not sent yet -- or, with no address to send to,
+# the notification's step and the close are saved with the answer). Each observer is called
+# with the point's name; none is registered unless an upper layer registers one
+# (``ReconciliationConfig.ready`` registers the drills' stop point), so by default the points
+# do nothing.
 STEP_POINT_OBSERVERS: list[Callable[[str], None]] = []
 
 
@@ -227,7 +229,8 @@ def run_attempt(
     """Run the attempt's steps that are not confirmed yet. After a claim (``claimed``) nothing
     the claim read is read again: the change goes out after one more write (the mark that it
     may leave, which also renews the lease), its answer and the notification's start are one
-    transaction, and the notification's confirmation closes the case in the next."""
+    transaction, and the notification's confirmation closes the case in the next (in the same
+    one, when there is no address to send to)."""
     if claimed is not None:
         attempt = claimed.attempt
     else:
@@ -238,6 +241,8 @@ def run_attempt(
         if outcome != "confirmed":
             return outcome
         _reached("after_confirm")
+        if plan is Notify.CLOSED:
+            return "done"
     if attempt.operation.notified_at is None:
         outcome = _notify(attempt, worker, plan)
         if outcome != "confirmed":
@@ -539,6 +544,13 @@ def _record_applied(
             attempt.case = case
             # The chain's head is the step's event, recorded just now under this lock.
             plan = _notify_begin(case, attempt, worker, head=step.hash)
+            if plan is Notify.NO_ADDRESS:
+                # Nothing leaves for the notification: its step and the close are recorded with
+                # the answer, in this transaction.
+                closed = _notified_locked(case, attempt, worker, plan, head=step.hash)
+                if closed != "done":
+                    return closed, None
+                plan = Notify.CLOSED
     return ("confirmed" if current else "late: recorded as evidence"), plan
 
 
@@ -615,6 +627,7 @@ class Notify(enum.Enum):
     SEND = "send"  # the send is recorded as started: send it, then confirm it
     NO_ADDRESS = "no_address"  # nothing to send: confirm the step
     UNCERTAIN = "uncertain"  # it may already have gone: not sent, a person confirms
+    CLOSED = "closed"  # nothing to send: the step confirmed and the case closed with the answer
 
 
 def _notify_begin(
@@ -679,26 +692,38 @@ def _notify(attempt: Attempt, worker: Worker, plan: Notify | None) -> str:
             _notification_not_sent(case.pk, attempt, worker, key, exc)
             return _finish(attempt, worker, EndedTransient(f"notification failed: {exc}"))
     with case_step(case.pk, actor=worker, related=WORKER_RELATED) as case:
-        Operation.objects.filter(pk=operation.pk, notified_at__isnull=True).update(
-            notified_at=timezone.now()
-        )
-        notified = record_fact(
-            case=case,
-            action=Action.STEP_NOTIFIED,
-            actor=worker,
-            reason=f"Customer notified at {address} ({key})"
-            if plan is Notify.SEND
-            else "No customer address on file: nothing sent",
-            detail={
-                "attempt": attempt.reference,
-                "notify_key": key if plan is Notify.SEND else None,
-            },
-        )
-        if case.status != Status.APPLYING:
-            Attempt.objects.filter(pk=attempt.pk).update(last_confirmed_step=Attempt.Step.NOTIFIED)
-            return "stale: the case moved on"
-        # The chain's head is the step's event, recorded just now under this lock.
-        _close_locked(case, attempt, worker, head=notified.hash)
+        return _notified_locked(case, attempt, worker, plan)
+
+
+def _notified_locked(
+    case: Case, attempt: Attempt, worker: Worker, plan: Notify, *, head: str | None = None
+) -> str:
+    """Under the case lock the caller holds: the notification step confirmed (sent, or nothing
+    to send), then the close, unless the case moved on meanwhile. ``head``: the audit chain's
+    head, when the caller just recorded an event."""
+    operation = attempt.operation
+    key = notification_key(operation)
+    now = timezone.now()
+    Operation.objects.filter(pk=operation.pk, notified_at__isnull=True).update(notified_at=now)
+    operation.notified_at = operation.notified_at or now
+    notified = record_fact(
+        case=case,
+        action=Action.STEP_NOTIFIED,
+        actor=worker,
+        reason=f"Customer notified at {case.account.email} ({key})"
+        if plan is Notify.SEND
+        else "No customer address on file: nothing sent",
+        detail={
+            "attempt": attempt.reference,
+            "notify_key": key if plan is Notify.SEND else None,
+        },
+        head=head,
+    )
+    if case.status != Status.APPLYING:
+        Attempt.objects.filter(pk=attempt.pk).update(last_confirmed_step=Attempt.Step.NOTIFIED)
+        return "stale: the case moved on"
+    # The chain's head is the step's event, recorded just now under this lock.
+    _close_locked(case, attempt, worker, head=notified.hash)
     return "done"
 
 

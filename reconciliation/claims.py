@@ -14,13 +14,15 @@ import contextlib
 import datetime as dt
 import functools
 import logging
+import os
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, close_old_connections, connection, transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
@@ -885,6 +887,93 @@ def attempt_heartbeat(*, attempt_id: int, fencing_token: int) -> Lease:
     )
 
 
+@dataclass(eq=False)
+class _Waiting:
+    """An attempt whose worker waits on a long call: renewed every ``interval`` seconds."""
+
+    attempt_id: int
+    fencing_token: int
+    reference: str
+    interval: float
+    due: float
+    lost: threading.Event
+
+
+class _Heartbeats:
+    """One thread per process renews the leases of the attempts waiting under
+    :func:`keep_alive`, each every heartbeat interval. A thread of their own for each call
+    cost a thread's start and join on every apply. The thread holds a database connection
+    only while someone waits (it closes it when nobody does), and a forked child starts its
+    own (``os.register_at_fork``)."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition()
+        self._waiting: set[_Waiting] = set()
+        self._thread: threading.Thread | None = None
+
+    def wait_on(self, attempt: Attempt, interval: float) -> _Waiting:
+        waiting = _Waiting(
+            attempt_id=attempt.pk,
+            fencing_token=attempt.fencing_token,
+            reference=attempt.reference,
+            interval=interval,
+            due=time.monotonic() + interval,
+            lost=threading.Event(),
+        )
+        with self._cond:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="holdfast-heartbeats", daemon=True
+                )
+                self._thread.start()
+            self._waiting.add(waiting)
+            self._cond.notify()
+        return waiting
+
+    def done(self, waiting: _Waiting) -> None:
+        with self._cond:
+            self._waiting.discard(waiting)
+            self._cond.notify()
+
+    def _due(self) -> list[_Waiting]:
+        """Block until some attempt is due (or nobody waits: then close the connection)."""
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                due = [w for w in self._waiting if w.due <= now]
+                if due:
+                    for waiting in due:
+                        waiting.due = now + waiting.interval
+                    return due
+                if not self._waiting:
+                    connection.close()  # nobody waits: hold no connection while idle
+                    self._cond.wait()
+                else:
+                    self._cond.wait(min(w.due for w in self._waiting) - now)
+
+    def _run(self) -> None:
+        while True:
+            due = self._due()
+            close_old_connections()  # one broken or too old is replaced, as per request
+            for waiting in due:
+                try:
+                    attempt_heartbeat(
+                        attempt_id=waiting.attempt_id, fencing_token=waiting.fencing_token
+                    )
+                except StaleAttempt:
+                    waiting.lost.set()
+                    self.done(waiting)
+                except Exception:  # a boundary: a failed heartbeat is logged, never kills
+                    logger.exception("Heartbeat of %s failed", waiting.reference)
+
+
+_HEARTBEATS = _Heartbeats()
+os.register_at_fork(after_in_child=_HEARTBEATS._reset)  # noqa: SLF001 - its own state
+
+
 @contextlib.contextmanager
 def keep_alive(attempt: Attempt) -> Iterator[threading.Event]:
     """Renew the attempt's lease every heartbeat interval while this thread waits on a long call.
@@ -894,26 +983,11 @@ def keep_alive(attempt: Attempt) -> Iterator[threading.Event]:
     paused or killed process stops heartbeating with it, so the lease still bounds it.
     """
     interval = float(settings.LEASES[attempt.kind]["heartbeat_seconds"])
-    stop, lost = threading.Event(), threading.Event()
-
-    def beat() -> None:
-        try:
-            while not stop.wait(interval):
-                attempt_heartbeat(attempt_id=attempt.pk, fencing_token=attempt.fencing_token)
-        except StaleAttempt:
-            lost.set()
-        except Exception:  # a boundary: a failed heartbeat is logged, never kills the worker
-            logger.exception("Heartbeat of %s failed", attempt.reference)
-        finally:
-            connection.close()  # this thread's own connection
-
-    thread = threading.Thread(target=beat, name=f"heartbeat {attempt.reference}", daemon=True)
-    thread.start()
+    waiting = _HEARTBEATS.wait_on(attempt, interval)
     try:
-        yield lost
+        yield waiting.lost
     finally:
-        stop.set()
-        thread.join(timeout=interval + 5)
+        _HEARTBEATS.done(waiting)
 
 
 def attempt_acknowledge_cancel(*, attempt_id: int, worker: Worker) -> None:

@@ -123,6 +123,45 @@ def test_a_safe_apply_is_at_most_six_transactions_and_changes_the_order_once(
     ]
 
 
+@postgres_only
+def test_with_no_address_to_notify_the_answer_closes_the_case_in_its_own_transaction(
+    approved_case, live_orders, account
+):
+    account.email = ""
+    account.save(update_fields=["email"])
+    case = approved_case()
+    source_verified()
+    before = live_orders.state("ORD-7731")["order"]["version"]
+    with database_cost() as cost:
+        outcome = apply_case(case_id=case.pk)
+    assert outcome == "done"
+    # Claim, mark, and the answer with the notification's step and the close: nothing leaves
+    # for the notification, so nothing waits for a fourth transaction.
+    assert cost.transactions == 3, (cost.transactions, cost.statements)
+    case.refresh_from_db()
+    assert case.status == Status.DONE
+    assert live_orders.state("ORD-7731")["order"]["version"] == before + 1
+    assert len(_applied(live_orders, "ORD-7731")) == 1
+    assert mail.outbox == []
+    attempt = Attempt.objects.get(case=case)
+    assert attempt.state == Attempt.State.SUCCEEDED
+    assert attempt.last_confirmed_step == Attempt.Step.CLOSED
+    assert attempt.operation.notified_at is not None
+    from cases.audit import verify_chains
+
+    assert verify_chains(case_reference=case.reference).ok
+    actions = list(
+        CaseEvent.objects.filter(case=case).order_by("id").values_list("action", flat=True)
+    )
+    claimed = actions.index("cases.case.claimed")
+    assert actions[claimed:] == [
+        "cases.case.claimed",
+        "cases.step.applied",
+        "cases.step.notified",
+        "cases.case.transitioned",
+    ]
+
+
 def test_a_worker_takes_every_due_case_one_after_another(approved_case, live_orders, account):
     """``apply_due`` applies the backlog without waiting for a dispatcher pass, skips (once) a
     case whose guard refuses, and leaves cases that are not due yet alone."""

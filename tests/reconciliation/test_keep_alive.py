@@ -45,3 +45,50 @@ def test_heartbeats_during_a_slow_call_keep_the_lease_and_the_watchdog_away(
     assert outcome["value"] == "done"
     case.refresh_from_db()
     assert case.status == "done"
+
+
+def test_one_heartbeat_thread_renews_every_waiting_attempt_and_says_when_a_lease_is_lost(
+    approved_case, settings
+):
+    from cases.kernel import Worker
+    from reconciliation.claims import case_claim, keep_alive
+    from reconciliation.restored import source_verified
+
+    settings.LEASES = {**settings.LEASES, "apply": {"lease_seconds": 5, "heartbeat_seconds": 0.2}}
+    source_verified()
+    attempt = case_claim(case_id=approved_case().pk, worker=Worker("keep-alive-test"))
+
+    def beaters() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "holdfast-heartbeats"]
+
+    with keep_alive(attempt) as lost:
+        time.sleep(0.7)  # three heartbeat intervals
+        first = Attempt.objects.get(pk=attempt.pk).heartbeat_at
+        assert first is not None
+        assert first > attempt.claimed_at
+        assert not lost.is_set()
+        # Fenced meanwhile (a new owner's token): the next heartbeat is refused.
+        Attempt.objects.filter(pk=attempt.pk).update(fencing_token=attempt.fencing_token + 10**6)
+        assert lost.wait(3), "the refused heartbeat was not reported"
+    for _ in range(3):  # calls one after another: no thread of their own
+        with keep_alive(attempt):
+            pass
+    assert len(beaters()) == 1
+    # Nobody waits: the thread lets its database connection go.
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and _backends_named_heartbeat():
+        time.sleep(0.05)
+    assert not _backends_named_heartbeat()
+
+
+def _backends_named_heartbeat() -> int:
+    """Connections of this test database other than this thread's, opened for the test's
+    worker threads (none here but the heartbeat thread)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()"
+        )
+        return cursor.fetchone()[0]
