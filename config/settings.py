@@ -115,6 +115,13 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # prepared statements, set DB_PREPARE_THRESHOLD=0 (never prepare).
     _prepare = env_int("DB_PREPARE_THRESHOLD", 5, minimum=0)
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = _prepare or None
+    # Every statement bound on the server, so that a worker's repeated statements are prepared
+    # and planned once per connection too, not only the claim's (Django binds on the client by
+    # default: the values are part of the text). In-process apply_due on the bench database:
+    # 14.1 and 12.0 ms an apply with it against 17.8 and 14.3 ms without, runs alternated.
+    # DB_SERVER_SIDE_BINDING=0 binds on the client again.
+    if env_bool("DB_SERVER_SIDE_BINDING", True):
+        DATABASES["default"]["OPTIONS"]["server_side_binding"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

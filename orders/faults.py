@@ -8,6 +8,8 @@ Control paths (``/_faults/``, ``/_testing/``) and ``/healthz`` are never faulted
 
 from __future__ import annotations
 
+import functools
+
 from django.conf import settings
 from django.db import connection
 from django.db.models import F
@@ -111,12 +113,7 @@ def faults_live(kinds: set[str], *, path: str, method: str) -> list[FaultRule]:
     # The ORM's ``filter(Q(remaining__isnull=True) | Q(remaining__gt=0), kind__in=...)`` in
     # the model's order (``id``), as plain SQL (it runs twice on every request), for the
     # columns ``fault_take`` reads; the rules come back as ``FaultRule`` rows.
-    sql = (
-        f"SELECT {_LIVE_COLUMNS_SQL} FROM \"orders_faultrule\" "
-        'WHERE (("orders_faultrule"."remaining" IS NULL OR "orders_faultrule"."remaining" > %s) '
-        f'AND "orders_faultrule"."kind" IN ({", ".join(["%s"] * len(kinds_in))})) '
-        'ORDER BY "orders_faultrule"."id" ASC'
-    )
+    sql = _live_sql(len(kinds_in))
     with connection.cursor() as cursor:
         cursor.execute(sql, [0, *(str(kind) for kind in kinds_in)])
         rows = cursor.fetchall()
@@ -124,7 +121,19 @@ def faults_live(kinds: set[str], *, path: str, method: str) -> list[FaultRule]:
 
 
 _LIVE_COLUMNS = ["id", "kind", "path_prefix", "remaining", "seconds", "retry_after"]
-_LIVE_COLUMNS_SQL = ", ".join(f'"orders_faultrule"."{name}"' for name in _LIVE_COLUMNS)
+
+
+@functools.cache
+def _live_sql(kinds: int) -> str:
+    """The live-rules read for ``kinds`` kinds: constants and one placeholder per kind."""
+    columns = ", ".join(f'"orders_faultrule"."{name}"' for name in _LIVE_COLUMNS)
+    placeholders = ", ".join(["%s"] * kinds)
+    return (
+        f'SELECT {columns} FROM "orders_faultrule" '  # noqa: S608 - constants only
+        'WHERE (("orders_faultrule"."remaining" IS NULL OR "orders_faultrule"."remaining" > %s) '
+        f'AND "orders_faultrule"."kind" IN ({placeholders})) '
+        'ORDER BY "orders_faultrule"."id" ASC'
+    )
 
 
 def fault_take(

@@ -116,11 +116,13 @@ class QuietHandler(WSGIRequestHandler):
         # ``Connection: close`` (setting our ``close_connection``) for an answer without a length.
         handler = CoalescingServerHandler(self.rfile, self.wfile, self.get_stderr(), environ)
         handler.request_handler = self  # type: ignore[attr-defined]
-        handler.run(self.server.get_app())  # type: ignore[attr-defined]
         try:
-            handler.flush_pending()
-        except OSError:  # the client went away (or the answer was dropped on purpose)
-            self.close_connection = True
+            handler.run(self.server.get_app())  # type: ignore[attr-defined]
+        finally:
+            try:
+                handler.flush_pending()
+            except OSError:  # the client went away (or the answer was dropped on purpose)
+                self.close_connection = True
         if environ.get(DROPPED_KEY):
             self.close_connection = True
 

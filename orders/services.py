@@ -17,7 +17,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, models, transaction
@@ -214,12 +214,12 @@ _EVENT_INSERT_SQL = (
 )
 
 
-def _db(model: type[models.Model], field: str, value: object) -> object:
+def _db(model: type[models.Model], field: str, value: object) -> Any:
     """``value`` as the ORM would send it for ``model.field`` (dates, datetimes, JSON)."""
     return _FIELDS[model, field].get_db_prep_save(value, connection)
 
 
-_FIELDS = {
+_FIELDS: dict[tuple[type[models.Model], str], Any] = {
     (model, field.name): field
     for model in (Order, Slot, AppliedOperation, OutboxEvent)
     for field in model._meta.concrete_fields
