@@ -38,7 +38,7 @@ import os
 import socket
 from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from django.conf import settings
@@ -169,11 +169,52 @@ def case_step(
         yield case
 
 
+@dataclass
+class _Batch:
+    """What :func:`writes_batched` holds back until its block ends."""
+
+    fields: set[str] = field(default_factory=set)
+    events: list[CaseEvent] = field(default_factory=list)
+
+
+_BATCH = "_holdfast_writes_batched"  # the attribute of the locked case that holds its batch
+
+
+@contextmanager
+def writes_batched(case: Case) -> Iterator[None]:
+    """Inside, under the case lock the caller holds: each new version of ``case`` stays in
+    memory (:func:`bump_and_save`) and each event is chained in memory (:func:`record_event`);
+    when the block ends the case is saved once, with every field any of them changed, and the
+    events are inserted in one statement, in order. Only for steps that read neither the
+    case's row nor its events back before the block ends (the apply's answer, notification
+    and close when there is nothing to send): what they would read is not written yet. An
+    exception discards the batch with the caller's transaction."""
+    if _BATCH in case.__dict__:
+        yield  # already batched by an outer block: it writes
+        return
+    batch = _Batch()
+    setattr(case, _BATCH, batch)
+    try:
+        yield
+    finally:
+        delattr(case, _BATCH)
+    if batch.fields:
+        case.save(update_fields=sorted(batch.fields))
+    if batch.events:
+        CaseEvent.objects.bulk_create(batch.events)
+
+
 def bump_and_save(case: Case, fields: list[str]) -> None:
-    """Move the case to its next version and save ``fields`` with it. The caller holds the
-    row lock and writes exactly one event for the new version next (:func:`record_event`)."""
+    """Move the case to its next version and save ``fields`` with it (inside
+    :func:`writes_batched`: when that block ends). The caller holds the row lock and writes
+    exactly one event for the new version next (:func:`record_event`)."""
     case.version += 1
-    case.save(update_fields=sorted({*fields, "version", "updated_at"}))
+    names = {*fields, "version", "updated_at"}
+    batch: _Batch | None = case.__dict__.get(_BATCH)
+    if batch is not None:
+        batch.fields.update(names)
+        return
+    case.save(update_fields=sorted(names))
 
 
 def event_row(
@@ -240,7 +281,11 @@ def record_event(
     head: str | None = None,
 ) -> CaseEvent:
     """Append one audit event for the version the case has now, linked into the case's hash
-    chain (:func:`event_row`, which says what the caller must hold)."""
+    chain (:func:`event_row`, which says what the caller must hold); inside
+    :func:`writes_batched` it is inserted when that block ends."""
+    batch: _Batch | None = case.__dict__.get(_BATCH)
+    if batch is not None and head is None and batch.events:
+        head = batch.events[-1].hash  # the chain's head is the last event held back
     event = event_row(
         case=case,
         action=action,
@@ -251,6 +296,9 @@ def record_event(
         detail=detail,
         head=head,
     )
+    if batch is not None:
+        batch.events.append(event)
+        return event
     event.save(force_insert=True)
     return event
 
@@ -353,8 +401,8 @@ def apply_transition(
     waiting_on, waiting_reason = waiting or WAITING_AFTER.get(name, (WaitingOn.NOBODY, ""))
     case.waiting_on, case.waiting_reason = waiting_on, waiting_reason[:200]
     fields = ["status", "waiting_on", "waiting_reason", *changes]
-    for field, value in changes.items():
-        setattr(case, field, value)
+    for attribute, value in changes.items():
+        setattr(case, attribute, value)
     if not isinstance(next_check_at, Keep):
         case.next_check_at = next_check_at
         fields.append("next_check_at")

@@ -28,6 +28,7 @@ and a person confirms (``case_record_customer_told``).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import enum
 import logging
@@ -53,6 +54,7 @@ from cases.kernel import (
     case_step,
     record_event,
     record_fact,
+    writes_batched,
 )
 from cases.models import (
     Attempt,
@@ -494,63 +496,72 @@ def _record_applied(
             heartbeat_at=now,
             lease_expires_at=now + dt.timedelta(seconds=lease_seconds(attempt.kind)),
         )
-        case.last_checked_order_version = result.order_version
-        bump_and_save(case, ["last_checked_order_version", *retries_reset(case, "apply")])
-        # Asked to stop and the change landed anyway: the attempt is over (the step event
-        # below names it).
-        cancelling = not current and attempt_finish(
-            attempt,
-            Attempt.State.STOPPED,
-            case=case,
-            actor=worker,
-            expected=(Attempt.State.CANCEL_REQUESTED,),
-            event=None,
-            finished_at=now,
+        # Nothing to send for the notification: the answer, the notification's step and the
+        # close are this transaction's writes, and nothing below reads the case's row or its
+        # events back, so the case is saved once and the events inserted together.
+        batched = (
+            writes_batched(case)
+            if current and then_notify and operation.notified_at is None and not case.account.email
+            else contextlib.nullcontext()
         )
-        step = record_event(
-            case=case,
-            action=Action.STEP_APPLIED if current else Action.ATTEMPT_LATE_RESULT_RECORDED,
-            actor=worker,
-            reason=(
-                f"{operation.key} {'found applied' if looked_up else 'applied'} at order "
-                f"version {result.order_version}"
-                + (f" ({looked_up}); not written again" if looked_up else "")
-                + (
-                    ""
-                    if current
-                    else f"; {attempt.reference} was no longer current, "
-                    "so its result is recorded as evidence only"
-                )
-            ),
-            detail={
-                "attempt": attempt.reference,
-                "order_version": result.order_version,
-                "replayed": result.replayed,
-                "looked_up": bool(looked_up),
-            },
-        )
-        if cancelling and case.status == Status.APPLYING:
-            # The change landed before the stop took effect: a fact, not something to undo
-            # silently. The case closes as done; reversing it would be a new proposal.
-            case_complete(
-                case,
+        with batched:
+            case.last_checked_order_version = result.order_version
+            bump_and_save(case, ["last_checked_order_version", *retries_reset(case, "apply")])
+            # Asked to stop and the change landed anyway: the attempt is over (the step event
+            # below names it).
+            cancelling = not current and attempt_finish(
+                attempt,
+                Attempt.State.STOPPED,
+                case=case,
                 actor=worker,
-                reason=f"{operation.key} was applied before the stop took effect; no further "
-                "steps run.",
-                detail={"attempt": attempt.reference, "revoked": bool(case.revoked_at)},
+                expected=(Attempt.State.CANCEL_REQUESTED,),
+                event=None,
+                finished_at=now,
             )
-        attempt.operation = operation  # as locked and confirmed here
-        if current and then_notify and operation.notified_at is None:
-            attempt.case = case
-            # The chain's head is the step's event, recorded just now under this lock.
-            plan = _notify_begin(case, attempt, worker, head=step.hash)
-            if plan is Notify.NO_ADDRESS:
-                # Nothing leaves for the notification: its step and the close are recorded with
-                # the answer, in this transaction.
-                closed = _notified_locked(case, attempt, worker, plan, head=step.hash)
-                if closed != "done":
-                    return closed, None
-                plan = Notify.CLOSED
+            step = record_event(
+                case=case,
+                action=Action.STEP_APPLIED if current else Action.ATTEMPT_LATE_RESULT_RECORDED,
+                actor=worker,
+                reason=(
+                    f"{operation.key} {'found applied' if looked_up else 'applied'} at order "
+                    f"version {result.order_version}"
+                    + (f" ({looked_up}); not written again" if looked_up else "")
+                    + (
+                        ""
+                        if current
+                        else f"; {attempt.reference} was no longer current, "
+                        "so its result is recorded as evidence only"
+                    )
+                ),
+                detail={
+                    "attempt": attempt.reference,
+                    "order_version": result.order_version,
+                    "replayed": result.replayed,
+                    "looked_up": bool(looked_up),
+                },
+            )
+            if cancelling and case.status == Status.APPLYING:
+                # The change landed before the stop took effect: a fact, not something to undo
+                # silently. The case closes as done; reversing it would be a new proposal.
+                case_complete(
+                    case,
+                    actor=worker,
+                    reason=f"{operation.key} was applied before the stop took effect; no further "
+                    "steps run.",
+                    detail={"attempt": attempt.reference, "revoked": bool(case.revoked_at)},
+                )
+            attempt.operation = operation  # as locked and confirmed here
+            if current and then_notify and operation.notified_at is None:
+                attempt.case = case
+                # The chain's head is the step's event, recorded just now under this lock.
+                plan = _notify_begin(case, attempt, worker, head=step.hash)
+                if plan is Notify.NO_ADDRESS:
+                    # Nothing leaves for the notification: its step and the close are recorded with
+                    # the answer, in this transaction.
+                    closed = _notified_locked(case, attempt, worker, plan, head=step.hash)
+                    if closed != "done":
+                        return closed, None
+                    plan = Notify.CLOSED
     return ("confirmed" if current else "late: recorded as evidence"), plan
 
 

@@ -15,6 +15,7 @@ from cases.kernel import (
     apply_transition,
     case_step,
     record_fact,
+    writes_batched,
 )
 from cases.models import Case, CaseEvent, Status
 from cases.services import case_update_followup
@@ -96,3 +97,44 @@ def test_a_refused_transition_lists_what_the_installed_hook_allows(case, lead):
         apply_transition(locked, "complete", actor=lead, reason="not now")
     assert refused.value.allowed == allowed_now(case, lead)
     assert "cancel" in refused.value.allowed
+
+
+def test_batched_writes_save_the_case_once_and_insert_its_events_together_in_chain_order(
+    case, lead, django_assert_num_queries
+):
+    from cases.audit import verify_chains
+
+    start = case.version
+    # The chain's head, this test's own look at the row, then one save and one insert.
+    with (
+        case_step(case.pk, actor=lead) as locked,
+        django_assert_num_queries(4),
+        writes_batched(locked),
+    ):
+        for n in range(3):
+            record_fact(
+                case=locked, action="cases.case.followup_updated", actor=lead, reason=f"fact {n}"
+            )
+        with writes_batched(locked):  # an inner block leaves the writing to the outer one
+            record_fact(case=locked, action="cases.case.followup_updated", actor=lead, reason="4")
+        assert Case.objects.get(pk=case.pk).version == start  # nothing written yet
+    events = list(CaseEvent.objects.filter(case=case).order_by("id"))
+    assert [e.version for e in events[-4:]] == [start + 1, start + 2, start + 3, start + 4]
+    assert [e.reason for e in events[-4:]] == ["fact 0", "fact 1", "fact 2", "4"]
+    assert Case.objects.get(pk=case.pk).version == start + 4
+    assert verify_chains(case_reference=case.reference).ok
+
+
+def _fail_after_a_batched_fact(case: Case, lead) -> None:
+    with case_step(case.pk, actor=lead) as locked, writes_batched(locked):
+        record_fact(case=locked, action="cases.case.followup_updated", actor=lead)
+        raise RuntimeError("stop")
+
+
+def test_an_error_inside_batched_writes_writes_none_of_them(case, lead):
+    start = case.version
+    events = CaseEvent.objects.filter(case=case).count()
+    with pytest.raises(RuntimeError):
+        _fail_after_a_batched_fact(case, lead)
+    assert Case.objects.get(pk=case.pk).version == start
+    assert CaseEvent.objects.filter(case=case).count() == events
