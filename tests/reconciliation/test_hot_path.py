@@ -138,6 +138,7 @@ def test_with_no_address_to_notify_the_answer_closes_the_case_in_its_own_transac
     # Claim, mark, and the answer with the notification's step and the close: nothing leaves
     # for the notification, so nothing waits for a fourth transaction.
     assert cost.transactions == 3, (cost.transactions, cost.statements)
+
     # In the answer's transaction the case is saved once and its three events (applied,
     # notified, done) are one insert (cases.kernel.writes_batched).
     def count(start: str) -> int:
