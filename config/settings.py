@@ -315,7 +315,10 @@ Q_CLUSTER: QClusterOptions = {
     # tasks are always kept; the outcome of each task is in the case's own audit trail.
     "save_limit": -1,
     "catch_up": False,
-    "poll": 1,
+    # How long the database broker waits before it looks again at an empty queue: the wait
+    # between an approval's enqueue and the apply's start. The Redis broker blocks on its list
+    # and does not wait. An empty look is one small read.
+    "poll": env_float("Q_POLL", 0.2, minimum=0.01),
     "label": "Worker tasks",
 }
 if REDIS_URL:

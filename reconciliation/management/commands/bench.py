@@ -427,7 +427,7 @@ class Command(BaseCommand):
             "--noop-tasks",
             type=int,
             default=400,
-            help="django-q2 no-op tasks per round (400: the broker's 1 s poll stays small in it)",
+            help="django-q2 no-op tasks per round (400)",
         )
         parser.add_argument(
             "--raw-rows", type=int, default=2000, help="raw SKIP LOCKED claims per round (2000)"
@@ -437,8 +437,7 @@ class Command(BaseCommand):
             type=int,
             default=500,
             help="end-to-end applies per round (500, the backlog the issue's first measurement "
-            "used: long enough that the broker's poll before the first claim, up to 1 s, and the "
-            "workers' first statements are a small part of it)",
+            "used: long enough that the workers' first statements are a small part of it)",
         )
         parser.add_argument("--pgbench-seconds", type=int, default=3, help="pgbench -T per run (3)")
         parser.add_argument(
