@@ -501,7 +501,7 @@ def _record_applied(
         # events back, so the case is saved once and the events inserted together.
         batched = (
             writes_batched(case)
-            if current and then_notify and operation.notified_at is None and not case.account.email
+            if current and then_notify and operation.notified_at is None and _no_address(case)
             else contextlib.nullcontext()
         )
         with batched:
@@ -641,15 +641,20 @@ class Notify(enum.Enum):
     CLOSED = "closed"  # nothing to send: the step confirmed and the case closed with the answer
 
 
+def _no_address(case: Case) -> bool:
+    """Nothing to send the notification to: the step is confirmed without a send."""
+    return not case.account.email
+
+
 def _notify_begin(
     case: Case, attempt: Attempt, worker: Worker, *, head: str | None = None
 ) -> Notify:
     """Decide the notification under the case lock the caller holds, and record its start
     (``head``: the audit chain's head, when the caller just recorded an event)."""
     operation = attempt.operation
-    address = case.account.email
-    if not address:
+    if _no_address(case):
         return Notify.NO_ADDRESS
+    address = case.account.email
     key = notification_key(operation)
     why = _may_have_been_told(case, operation, key)
     if why:

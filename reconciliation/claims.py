@@ -414,8 +414,9 @@ def _prepared_cursor() -> Any:
     """A cursor that binds its parameters on the server, so that PostgreSQL can keep the
     statement prepared (psycopg prepares it once the connection ran it ``prepare_threshold``
     times, ``DB_PREPARE_THRESHOLD``): planning the claim's read costs several times running it.
-    Django's own cursors bind on the client (the values become part of the text, which is
-    never the same twice). Wrapped as Django wraps its own, so query logs and execute
+    Django's own cursors do too unless ``DB_SERVER_SIDE_BINDING=0`` (then they bind on the
+    client: the values become part of the text, which is never the same twice); the claim
+    stays prepared either way. Wrapped as Django wraps its own, so query logs and execute
     wrappers see it."""
     import psycopg
 

@@ -33,6 +33,29 @@ postgres_only = pytest.mark.skipif(
 )
 
 
+def _apply_measured(approved_case, live_orders):
+    """One approved case applied by ``apply_case`` while its database cost is counted; the
+    case, the cost, and the order's version before."""
+    case = approved_case()
+    source_verified()
+    before = live_orders.state("ORD-7731")["order"]["version"]
+    with database_cost() as cost:
+        outcome = apply_case(case_id=case.pk)
+    assert outcome == "done"
+    return case, cost, before
+
+
+def _actions_from_the_claim(case) -> list[str]:
+    """The case's audit actions from its claim on, once its chain verified link by link."""
+    from cases.audit import verify_chains
+
+    assert verify_chains(case_reference=case.reference).ok
+    actions = list(
+        CaseEvent.objects.filter(case=case).order_by("id").values_list("action", flat=True)
+    )
+    return actions[actions.index("cases.case.claimed") :]
+
+
 def _orders(live_orders, account, count: int) -> list[str]:
     ids = [f"ORD-HP{i}" for i in range(count)]
     live_orders.seed(
@@ -90,12 +113,7 @@ def test_claiming_the_next_due_case_is_four_statements_in_one_transaction(approv
 def test_a_safe_apply_is_at_most_six_transactions_and_changes_the_order_once(
     approved_case, live_orders
 ):
-    case = approved_case()
-    source_verified()
-    before = live_orders.state("ORD-7731")["order"]["version"]
-    with database_cost() as cost:
-        outcome = apply_case(case_id=case.pk)
-    assert outcome == "done"
+    case, cost, before = _apply_measured(approved_case, live_orders)
     assert cost.transactions <= 6, (cost.transactions, cost.statements)
     # The two writes before the answer (claim, mark) and the two after it (answer with the
     # notification's start, confirmation with the close): nothing read outside them.
@@ -105,16 +123,9 @@ def test_a_safe_apply_is_at_most_six_transactions_and_changes_the_order_once(
     assert live_orders.state("ORD-7731")["order"]["version"] == before + 1
     assert len(_applied(live_orders, "ORD-7731")) == 1
     assert len(mail.outbox) == 1
-    actions = list(
-        CaseEvent.objects.filter(case=case).order_by("id").values_list("action", flat=True)
-    )
     # Events recorded one after another under one lock chain onto each other without reading
     # the head again: the chain still verifies link by link.
-    from cases.audit import verify_chains
-
-    assert verify_chains(case_reference=case.reference).ok
-    claimed = actions.index("cases.case.claimed")
-    assert actions[claimed:] == [
+    assert _actions_from_the_claim(case) == [
         "cases.case.claimed",
         "cases.step.applied",
         "cases.notification.sending",
@@ -129,12 +140,7 @@ def test_with_no_address_to_notify_the_answer_closes_the_case_in_its_own_transac
 ):
     account.email = ""
     account.save(update_fields=["email"])
-    case = approved_case()
-    source_verified()
-    before = live_orders.state("ORD-7731")["order"]["version"]
-    with database_cost() as cost:
-        outcome = apply_case(case_id=case.pk)
-    assert outcome == "done"
+    case, cost, before = _apply_measured(approved_case, live_orders)
     # Claim, mark, and the answer with the notification's step and the close: nothing leaves
     # for the notification, so nothing waits for a fourth transaction.
     assert cost.transactions == 3, (cost.transactions, cost.statements)
@@ -155,14 +161,7 @@ def test_with_no_address_to_notify_the_answer_closes_the_case_in_its_own_transac
     assert attempt.state == Attempt.State.SUCCEEDED
     assert attempt.last_confirmed_step == Attempt.Step.CLOSED
     assert attempt.operation.notified_at is not None
-    from cases.audit import verify_chains
-
-    assert verify_chains(case_reference=case.reference).ok
-    actions = list(
-        CaseEvent.objects.filter(case=case).order_by("id").values_list("action", flat=True)
-    )
-    claimed = actions.index("cases.case.claimed")
-    assert actions[claimed:] == [
+    assert _actions_from_the_claim(case) == [
         "cases.case.claimed",
         "cases.step.applied",
         "cases.step.notified",

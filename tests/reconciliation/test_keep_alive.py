@@ -76,14 +76,14 @@ def test_one_heartbeat_thread_renews_every_waiting_attempt_and_says_when_a_lease
     assert len(beaters()) == 1
     # Nobody waits: the thread lets its database connection go.
     deadline = time.monotonic() + 3
-    while time.monotonic() < deadline and _backends_named_heartbeat():
+    while time.monotonic() < deadline and _other_backends():
         time.sleep(0.05)
-    assert not _backends_named_heartbeat()
+    assert not _other_backends()
 
 
-def _backends_named_heartbeat() -> int:
-    """Connections of this test database other than this thread's, opened for the test's
-    worker threads (none here but the heartbeat thread)."""
+def _other_backends() -> int:
+    """Connections to this test database other than this thread's (here only the heartbeat
+    thread opens one)."""
     from django.db import connection
 
     with connection.cursor() as cursor:
