@@ -18,6 +18,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from cases import rows
 from cases.codes import Action
 from cases.kernel import Actor, record_fact
 from cases.models import Attempt, Case
@@ -56,8 +57,10 @@ def attempt_set_state(
     and right after, the event that accounts for it (a step or a transition of the case naming
     the attempt)."""
     moved = bool(
-        Attempt.objects.filter(pk=attempt.pk, state__in=list(expected), **(where or {})).update(
-            state=state, **fields
+        rows.update(
+            Attempt,
+            {"pk": attempt.pk, "state__in": list(expected), **(where or {})},
+            {"state": state, **fields},
         )
     )
     if moved and event is not None:

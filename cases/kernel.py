@@ -24,7 +24,7 @@ The invariants every step keeps:
   ``cases.scheduling.enqueue_on_commit`` (``transaction.on_commit``), never run inside the
   step, so a rolled-back step leaves no work behind.
 
-This module imports only the kernel's lower modules (models, exceptions, fencing, scheduling,
+This module imports only the kernel's lower modules (models, exceptions, fencing, scheduling, rows,
 validation, audit) and Django: services, actions and the apps above build on it. What the
 kernel cannot know itself (which transitions an actor may take now, for a 409's ``allowed``)
 is plugged in from above through :func:`set_allowed_now`.
@@ -43,7 +43,7 @@ from typing import Any, Final
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django_fsm import can_proceed
 
@@ -51,6 +51,7 @@ from cases.audit import event_hash
 from cases.codes import Action
 from cases.exceptions import ActionNotPermitted, TransitionRejected, VersionConflict
 from cases.models import TERMINAL_STATUSES, Case, CaseEvent, Team, WaitingOn
+from cases.rows import chain_head, insert, lockable, locked, save_fields
 
 # --- actors -----------------------------------------------------------------------------------
 
@@ -140,6 +141,9 @@ def lock_case(case_or_pk: Case | int, related: tuple[str, ...] = CASE_RELATED) -
     """Re-read the case under a row lock (PostgreSQL); call inside ``transaction.atomic``.
     ``related``: the rows read with it (a worker's step needs only the account)."""
     pk = case_or_pk.pk if isinstance(case_or_pk, Case) else case_or_pk
+    if connection.vendor == "postgresql" and lockable(Case, related):
+        # The same read written out (``cases.rows``): a worker locks a case at every step.
+        return locked(Case, pk, related)
     return Case.objects.select_for_update(of=("self",)).select_related(*related).get(pk=pk)
 
 
@@ -199,9 +203,8 @@ def writes_batched(case: Case) -> Iterator[None]:
     finally:
         delattr(case, _BATCH)
     if batch.fields:
-        case.save(update_fields=sorted(batch.fields))
-    if batch.events:
-        CaseEvent.objects.bulk_create(batch.events)
+        save_fields(case, sorted(batch.fields))
+    insert(batch.events)
 
 
 def bump_and_save(case: Case, fields: list[str]) -> None:
@@ -251,12 +254,7 @@ def event_row(
         "created_at": timezone.now(),
     }
     if head is None:
-        head = (
-            CaseEvent.objects.filter(case_id=case.pk)
-            .order_by("-id")
-            .values_list("hash", flat=True)
-            .first()
-        )
+        head = chain_head(case.pk)
     prev_hash = head or ""
     return CaseEvent(
         case=case,

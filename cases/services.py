@@ -56,6 +56,7 @@ from cases.models import (
     WaitingOn,
 )
 from cases.retries import retries_reset
+from cases.rows import insert, update
 from cases.scheduling import enqueue_on_commit
 
 # --- transitions ------------------------------------------------------------------------------
@@ -342,7 +343,7 @@ def evidence_add(
 
     Services that record evidence as part of a transition call this inside their transaction.
     """
-    return EvidenceReference.objects.create(
+    evidence = EvidenceReference(
         case=case,
         source_system=source_system,
         external_reference=external_reference,
@@ -353,6 +354,8 @@ def evidence_add(
         order_version=order_version,
         recorded_by=actor_label(actor),
     )
+    insert([evidence])  # a worker records one at every confirmed apply: written out
+    return evidence
 
 
 def evidence_record(
@@ -734,9 +737,10 @@ def cancellations_mark_after_change(case: Case) -> str:
     ``reconciliation.complete.case_complete``, the one way an applied case moves on."""
     from cases.models import CancellationRequest
 
-    late = case.cancellations.filter(outcome=CancellationRequest.Outcome.PENDING)
-    if not late.update(
-        outcome=CancellationRequest.Outcome.ARRIVED_AFTER_CHANGE, settled_at=timezone.now()
+    if not update(
+        CancellationRequest,
+        {"case_id": case.pk, "outcome": CancellationRequest.Outcome.PENDING},
+        {"outcome": CancellationRequest.Outcome.ARRIVED_AFTER_CHANGE, "settled_at": timezone.now()},
     ):
         return ""
     return (

@@ -54,6 +54,7 @@ from cases.models import (
     SystemMarker,
     WaitingOn,
 )
+from cases.rows import columns, current, insert_fields, insert_values, load, prepared_cursor
 from reconciliation.complete import case_complete
 
 logger = logging.getLogger(__name__)
@@ -311,23 +312,6 @@ def _claim_read_orm(now: dt.datetime, *, case_id: int | None, skip: set[int]) ->
     return None if row is None else _ClaimRow.from_orm(row)
 
 
-def _columns(model: Any, alias: str) -> str:
-    return ", ".join(f'{alias}."{field.column}"' for field in model._meta.concrete_fields)
-
-
-def _load(model: Any, values: tuple[Any, ...]) -> Any:
-    """A model instance from its columns as selected by :func:`_columns`, with each field's
-    own conversion from the database (the JSON fields)."""
-    fields = model._meta.concrete_fields
-    converted = [
-        field.from_db_value(value, None, connection)
-        if value is not None and hasattr(field, "from_db_value")
-        else value
-        for field, value in zip(fields, values, strict=True)
-    ]
-    return model.from_db(connection.alias, [field.attname for field in fields], converted)
-
-
 # Written into the statements, not bound: a prepared statement's generic plan can use a partial
 # index (the open proposal per case, the ready cases by due time) only when its query names the
 # index's own condition.
@@ -373,8 +357,8 @@ def _pg_claim_sql() -> str:
         "AND ap.revoked_at IS NULL AND ap.expires_at > %(now)s ORDER BY ap.decided_at DESC LIMIT 1"
     )
     select = f"""
-        SELECT {_columns(Proposal, "p")}, {_columns(Operation, "o")},
-               {_columns(Case, "c")}, {_columns(account, "a")},
+        SELECT {columns(Proposal, "p")}, {columns(Operation, "o")},
+               {columns(Case, "c")}, {columns(account, "a")},
                EXISTS (SELECT 1 FROM {t["cancellation"]} x
                        WHERE x.case_id = c.id AND x.outcome = 'pending'),
                (SELECT ap.id {live}), (SELECT ap.reference {live}), (SELECT ap."grant" {live}),
@@ -410,21 +394,6 @@ def _pg_next_claim_sql() -> str:
     return f"WITH pick AS ({_pg_pick_sql()}) {picked}"  # noqa: S608 - both from the models' metadata
 
 
-def _prepared_cursor() -> Any:
-    """A cursor that binds its parameters on the server, so that PostgreSQL can keep the
-    statement prepared (psycopg prepares it once the connection ran it ``prepare_threshold``
-    times, ``DB_PREPARE_THRESHOLD``): planning the claim's read costs several times running it.
-    Django's own cursors do too unless ``DB_SERVER_SIDE_BINDING=0`` (then they bind on the
-    client: the values become part of the text, which is never the same twice); the claim
-    stays prepared either way. Wrapped as Django wraps its own, so query logs and execute
-    wrappers see it."""
-    import psycopg
-
-    connection.ensure_connection()
-    raw = psycopg.Cursor(connection.connection)
-    return connection._prepare_cursor(raw)  # type: ignore[attr-defined]  # noqa: SLF001 - Django's own wrapping
-
-
 def _claim_read_sql(now: dt.datetime, *, case_id: int | None, skip: set[int]) -> _ClaimRow | None:
     from reconciliation.restored import MARKER, SOURCE_MARKER
     from reconciliation.selectors import normalised_url
@@ -440,7 +409,7 @@ def _claim_read_sql(now: dt.datetime, *, case_id: int | None, skip: set[int]) ->
         "sandbox": list(settings.ORDER_SYSTEM_SANDBOX_ORDERS),
         "skip": sorted(skip),
     }
-    with _prepared_cursor() as cursor:
+    with prepared_cursor() as cursor:
         if case_id is None:
             del params["case"]
             cursor.execute(_pg_next_claim_sql(), params)
@@ -455,10 +424,11 @@ def _claim_read_sql(now: dt.datetime, *, case_id: int | None, skip: set[int]) ->
     for width in widths:
         parts.append(tuple(values[at : at + width]))
         at += width
-    proposal = _load(Proposal, parts[0])
-    operation = None if parts[1][0] is None else _load(Operation, parts[1])
-    case = _load(Case, parts[2])
-    case.account = _load(account, parts[3])
+    db = current()
+    proposal = load(Proposal, parts[0], db)
+    operation = None if parts[1][0] is None else load(Operation, parts[1], db)
+    case = load(Case, parts[2], db)
+    case.account = load(account, parts[3], db)
     proposal.case = case
     proposal.operation = operation
     # The guards in the statement's order: _GUARD_COLUMNS after the two the proposal holds.
@@ -604,26 +574,13 @@ def _claim_write_orm(case: Case, version: int, attempt: Attempt, event: CaseEven
     event.save(force_insert=True)
 
 
-def _insert_fields(model: Any) -> list[Any]:
-    """The fields an INSERT of ``model`` writes (all but the primary key), in column order."""
-    return [f for f in model._meta.concrete_fields if not f.primary_key]
-
-
-def _insert_values(instance: Any) -> list[Any]:
-    """The values of ``instance``'s new row, as Django would write them."""
-    return [
-        f.get_db_prep_save(f.pre_save(instance, True), connection)
-        for f in _insert_fields(type(instance))
-    ]
-
-
 @functools.cache
 def _pg_write_sql() -> str:
     """The won claim's writes as one statement: the compare-and-set of the case, and only if it
     moved the row, the attempt and the claim's event."""
 
     def insert(model: Any, source: str) -> str:
-        fields = _insert_fields(model)
+        fields = insert_fields(model)
         names = ", ".join(f'"{f.column}"' for f in fields)
         values = ", ".join(["%s"] * len(fields))
         return (
@@ -645,25 +602,23 @@ def _claim_write_sql(case: Case, version: int, attempt: Attempt, event: CaseEven
     """The won claim's writes as one statement on PostgreSQL (:func:`_pg_write_sql`, bound on
     the server, so it stays prepared). ``tests/reconciliation/test_hot_path.py`` checks it
     writes what :func:`_claim_write_orm` writes."""
+    db = current()
     params = [
-        *(
-            _case_field(name).get_db_prep_save(getattr(case, name), connection)
-            for name in _CLAIMED_FIELDS
-        ),
+        *(_case_field(name).get_db_prep_save(getattr(case, name), db) for name in _CLAIMED_FIELDS),
         case.pk,
         Status.READY.value,
         version,
-        *_insert_values(attempt),
-        *_insert_values(event),
+        *insert_values(attempt, db),
+        *insert_values(event, db),
     ]
-    with _prepared_cursor() as cursor:
+    with prepared_cursor() as cursor:
         cursor.execute(_pg_write_sql(), params)
         ids = cursor.fetchone()
     if ids is None:  # the read locked the row: only a broken lock could get here
         raise ClaimRefused(f"{case.reference} changed while it was claimed.", reason="claimed")
     attempt.pk, event.pk = ids
     for saved in (attempt, event):
-        saved._state.adding, saved._state.db = False, connection.alias
+        saved._state.adding, saved._state.db = False, db.alias
 
 
 def case_claim(

@@ -36,6 +36,7 @@ from cases.kernel import (
 )
 from cases.models import CancellationRequest, Case, EvidenceReference, Status, WaitingOn
 from cases.retries import retries_reset
+from cases.rows import save_fields
 from cases.services import evidence_add
 from reconciliation.client import OperationRecord, OrderSystemClient
 from reconciliation.complete import case_complete
@@ -257,7 +258,7 @@ def operation_confirm(
     if operation.confirmed_at is None:
         operation.confirmed_at = timezone.now()
         operation.result_order_version = order_version
-        operation.save(update_fields=["confirmed_at", "result_order_version"])
+        save_fields(operation, ["confirmed_at", "result_order_version"])
     evidence_add(
         case=case,
         actor=actor,

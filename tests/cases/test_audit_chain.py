@@ -266,7 +266,9 @@ def test_a_transition_pays_one_query_for_the_chain(case, lead, django_assert_num
         _escalate_without_refresh(case, lead)
 
     head_reads = [
-        q["sql"] for q in captured.captured_queries if 'SELECT "cases_caseevent"' in q["sql"]
+        q["sql"]
+        for q in captured.captured_queries
+        if q["sql"].startswith("SELECT") and 'FROM "cases_caseevent"' in q["sql"]
     ]
     assert len(head_reads) == 1
     assert "ORDER BY" in head_reads[0]

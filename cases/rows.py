@@ -1,0 +1,320 @@
+"""Statements written out for the hot path, with the ORM's own conversions.
+
+A worker's steps run the same few statements thousands of times; building and compiling each
+through the ORM cost more of the worker's time than the database took to run it. Here are the
+pieces the written-out statements share: the columns a model selects, a model instance loaded
+from them with each field's conversion, a cursor whose statements PostgreSQL keeps prepared,
+and the locked read of one row with its related rows. Each caller keeps the ORM's way for the
+other databases, and a test checks that both read and write the same.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from django.db import connection, connections, models
+
+
+def columns(model: Any, alias: str) -> str:
+    """``model``'s columns, qualified by ``alias``, in its fields' order."""
+    return ", ".join(f'{alias}."{field.column}"' for field in model._meta.concrete_fields)
+
+
+@functools.cache
+def _loading(model: Any) -> tuple[list[str], list[tuple[int, Any]]]:
+    """What :func:`load` needs of ``model``, worked out once: the attribute names of its
+    columns in :func:`columns`'s order, and the fields that convert their database value (the
+    JSON fields), by position."""
+    fields = model._meta.concrete_fields
+    converting = [(i, f) for i, f in enumerate(fields) if hasattr(f, "from_db_value")]
+    return [field.attname for field in fields], converting
+
+
+def width(model: Any) -> int:
+    """How many columns :func:`columns` selects."""
+    return len(model._meta.concrete_fields)
+
+
+def load(model: Any, values: tuple[Any, ...] | list[Any], db: Any) -> Any:
+    """A model instance from its columns as selected by :func:`columns`, with each field's own
+    conversion from the database (the JSON fields). ``db``: the connection it came from."""
+    attnames, converting = _loading(model)
+    if len(values) != len(attnames):
+        raise ValueError(f"{model.__name__}: {len(values)} values for {len(attnames)} columns")
+    converted = list(values)
+    for i, field in converting:
+        if converted[i] is not None:
+            converted[i] = field.from_db_value(converted[i], None, db)
+    return model.from_db(db.alias, attnames, converted)
+
+
+def current() -> Any:
+    """The connection itself, not the thread's proxy to it (each attribute of the proxy is a
+    lookup of its own)."""
+    return connections[connection.alias]
+
+
+def prepared_cursor() -> Any:
+    """A cursor that binds its parameters on the server, so that PostgreSQL can keep the
+    statement prepared (psycopg prepares it once the connection ran it ``prepare_threshold``
+    times, ``DB_PREPARE_THRESHOLD``): planning the claim's read costs several times running it.
+    Django's own cursors do too unless ``DB_SERVER_SIDE_BINDING=0`` (then they bind on the
+    client: the values become part of the text, which is never the same twice); these stay
+    prepared either way. Wrapped as Django wraps its own, so query logs and execute wrappers
+    see it."""
+    import psycopg
+
+    connection.ensure_connection()
+    raw = psycopg.Cursor(connection.connection)
+    return connection._prepare_cursor(raw)  # type: ignore[attr-defined]  # noqa: SLF001 - Django's own wrapping
+
+
+def lockable(model: Any, related: tuple[str, ...]) -> bool:
+    """Whether :func:`locked` can read ``model`` with ``related``: each a foreign key of the
+    model itself (not a path through another)."""
+    for name in related:
+        if "__" in name:
+            return False
+        field = model._meta.get_field(name)
+        if not (field.many_to_one and field.concrete):
+            return False
+    return True
+
+
+@functools.cache
+def _locked_sql(model: Any, related: tuple[str, ...]) -> str:
+    """One row of ``model`` by id with its ``related`` rows, locking only its own row (as the
+    ORM's ``select_for_update(of=("self",)).select_related(*related)``: a nullable key's row
+    is joined outer)."""
+    selected = [columns(model, "m")]
+    joins = []
+    for i, name in enumerate(related):
+        field = model._meta.get_field(name)
+        target = field.related_model
+        join = "LEFT JOIN" if field.null else "JOIN"
+        selected.append(columns(target, f"r{i}"))
+        joins.append(
+            f'{join} "{target._meta.db_table}" r{i} '
+            f'ON r{i}."{target._meta.pk.column}" = m."{field.column}"'
+        )
+    return (
+        f'SELECT {", ".join(selected)} FROM "{model._meta.db_table}" m {" ".join(joins)} '  # noqa: S608 - metadata
+        f'WHERE m."{model._meta.pk.column}" = %s FOR UPDATE OF m'
+    )
+
+
+def locked(model: Any, pk: Any, related: tuple[str, ...] = ()) -> Any:
+    """``model``'s row ``pk`` read under its row lock, with ``related`` (see :func:`lockable`)
+    set on it; ``model.DoesNotExist`` when there is none. PostgreSQL only: the callers keep the
+    ORM's read for the other databases."""
+    db = current()
+    with prepared_cursor() as cursor:
+        cursor.execute(_locked_sql(model, related), [pk])
+        values = cursor.fetchone()
+    if values is None:
+        raise model.DoesNotExist(f"{model._meta.object_name} matching query does not exist.")
+    at = width(model)
+    row = load(model, values[:at], db)
+    for name in related:
+        target = model._meta.get_field(name).related_model
+        part = values[at : at + width(target)]
+        at += width(target)
+        setattr(row, name, None if part[0] is None else load(target, part, db))
+    return row
+
+
+@functools.cache
+def insert_fields(model: Any) -> list[Any]:
+    """The fields an INSERT of ``model`` writes (all but the primary key), in column order."""
+    return [f for f in model._meta.concrete_fields if not f.primary_key]
+
+
+def insert_values(instance: Any, db: Any) -> list[Any]:
+    """The values of ``instance``'s new row, as Django would write them to ``db``."""
+    model: Any = type(instance)
+    return [f.get_db_prep_save(f.pre_save(instance, True), db) for f in insert_fields(model)]
+
+
+@functools.cache
+def _insert_sql(model: Any, count: int) -> str:
+    fields = insert_fields(model)
+    names = ", ".join(f'"{f.column}"' for f in fields)
+    row = f"({', '.join(['%s'] * len(fields))})"
+    return (
+        f'INSERT INTO "{model._meta.db_table}" ({names}) '  # noqa: S608 - model metadata
+        f'VALUES {", ".join([row] * count)} RETURNING "{model._meta.pk.column}"'
+    )
+
+
+def insert(instances: list[Any]) -> None:
+    """Insert new ``instances`` of one model, in order, and give each its primary key: on
+    PostgreSQL one statement written out, elsewhere the ORM's ``bulk_create``."""
+    if not instances:
+        return
+    model: Any = type(instances[0])
+    if connection.vendor != "postgresql":
+        model._default_manager.bulk_create(instances)
+        return
+    db = current()
+    params = [value for instance in instances for value in insert_values(instance, db)]
+    with prepared_cursor() as cursor:
+        cursor.execute(_insert_sql(model, len(instances)), params)
+        ids = [row[0] for row in cursor.fetchall()]
+    for instance, pk in zip(instances, ids, strict=True):
+        instance.pk = pk
+        instance._state.adding, instance._state.db = False, db.alias
+
+
+@functools.cache
+def _update_sql(model: Any, names: tuple[str, ...]) -> str:
+    sets = ", ".join(f'"{model._meta.get_field(name).column}" = %s' for name in names)
+    return (
+        f'UPDATE "{model._meta.db_table}" SET {sets} '  # noqa: S608 - model metadata
+        f'WHERE "{model._meta.pk.column}" = %s'
+    )
+
+
+def save_fields(instance: Any, names: list[str]) -> None:
+    """``instance.save(update_fields=names)``: on PostgreSQL one statement written out (each
+    field's own ``pre_save`` and conversion, as the ORM's save), elsewhere the ORM's save.
+    Raises as the ORM does when no row was updated."""
+    if connection.vendor != "postgresql":
+        instance.save(update_fields=names)
+        return
+    from django.db import DatabaseError
+
+    model: Any = type(instance)
+    db = current()
+    ordered = tuple(sorted(set(names)))
+    fields = [model._meta.get_field(name) for name in ordered]
+    params = [f.get_db_prep_save(f.pre_save(instance, False), db) for f in fields]
+    with prepared_cursor() as cursor:
+        cursor.execute(_update_sql(model, ordered), [*params, instance.pk])
+        if cursor.rowcount != 1:
+            raise DatabaseError("Save with update_fields did not affect any rows.")
+
+
+# The lookups :func:`update` writes out, as SQL operators.
+_OPERATORS = {"exact": "=", "lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
+
+
+def _field(model: Any, name: str) -> Any:
+    """``model``'s concrete field by name or attribute name (``case`` or ``case_id``)."""
+    if name == "pk":
+        return model._meta.pk
+    for field in model._meta.concrete_fields:
+        if name in (field.name, field.attname):
+            return field
+    return None
+
+
+def _condition(model: Any, key: str) -> tuple[Any, str] | None:
+    """The field and the lookup of one of :func:`update`'s conditions, or None when it is not
+    one this module writes out."""
+    name, _, lookup = key.partition("__")
+    lookup = lookup or "exact"
+    field = _field(model, name)
+    if field is None or (lookup not in _OPERATORS and lookup not in ("in", "isnull")):
+        return None
+    return field, lookup
+
+
+@functools.cache
+def _update_where_sql(
+    model: Any, where: tuple[tuple[str, bool | None], ...], names: tuple[str, ...]
+) -> str:
+    """``where``: each condition's key with, for ``isnull``, its value (the only one written
+    into the text); ``names``: the fields set."""
+    sets = ", ".join(f'"{_field(model, name).column}" = %s' for name in names)
+    conditions = []
+    for key, isnull in where:
+        field, lookup = _condition(model, key)  # type: ignore[misc]  # checked by the caller
+        column = f'"{field.column}"'
+        if lookup == "isnull":
+            conditions.append(f"{column} IS {'' if isnull else 'NOT '}NULL")
+        elif lookup == "in":
+            conditions.append(f"{column} = ANY(%s)")
+        else:
+            conditions.append(f"{column} {_OPERATORS[lookup]} %s")
+    return (
+        f'UPDATE "{model._meta.db_table}" SET {sets} '  # noqa: S608 - model metadata
+        f"WHERE {' AND '.join(conditions)}"
+    )
+
+
+def _plain(value: Any) -> bool:
+    """A value written as itself: not an expression the ORM would resolve (``F``, ``Value``)."""
+    return not hasattr(value, "resolve_expression")
+
+
+def _pk_of(value: Any) -> Any:
+    """A value as the ORM takes it for a column: a model instance (for a foreign key) is its
+    primary key."""
+    return value.pk if isinstance(value, models.Model) else value
+
+
+def update(model: Any, where: dict[str, Any], values: dict[str, Any]) -> int:
+    """``model.objects.filter(**where).update(**values)``, the number of rows it updated. On
+    PostgreSQL, for conditions on the model's own columns (``exact``, ``in``, ``isnull``,
+    ``lt``/``lte``/``gt``/``gte``) and plain values, one statement written out with each
+    field's own conversion; anything else goes through the ORM, as on the other databases."""
+    conditions = [_condition(model, key) for key in where]
+    targets = [_field(model, name) for name in values]
+    if (
+        connection.vendor != "postgresql"
+        or not where
+        or not values
+        or None in conditions
+        or any(f is None or f.primary_key for f in targets)
+        or not all(_plain(v) for v in (*where.values(), *values.values()))
+    ):
+        return model._default_manager.filter(**where).update(**values)
+    db = current()
+    params = [
+        f.get_db_prep_save(_pk_of(v), db) for f, v in zip(targets, values.values(), strict=True)
+    ]
+    shape: list[tuple[str, bool | None]] = []
+    for condition, (key, value) in zip(conditions, where.items(), strict=True):
+        field, lookup = condition  # type: ignore[misc]  # None was ruled out above
+        if lookup == "exact" and value is None:  # as the ORM: equal to None is IS NULL
+            key, lookup, value = f"{key.partition('__')[0]}__isnull", "isnull", True
+        if lookup == "isnull":
+            shape.append((key, bool(value)))
+            continue
+        shape.append((key, None))
+        if lookup == "in":
+            params.append([field.get_db_prep_value(_pk_of(v), db, prepared=False) for v in value])
+        else:
+            params.append(field.get_db_prep_value(_pk_of(value), db, prepared=False))
+    with prepared_cursor() as cursor:
+        cursor.execute(_update_where_sql(model, tuple(shape), tuple(values)), params)
+        return cursor.rowcount
+
+
+@functools.cache
+def _chain_head_sql() -> str:
+    from cases.models import CaseEvent
+
+    return (
+        f'SELECT "hash" FROM "{CaseEvent._meta.db_table}" '  # noqa: S608 - model metadata
+        'WHERE "case_id" = %s ORDER BY "id" DESC LIMIT 1'
+    )
+
+
+def chain_head(case_id: int) -> str | None:
+    """The hash of the case's last audit event (None before its first): the head its next
+    event links to. Read under the case's row lock (``cases.kernel.event_row``)."""
+    from cases.models import CaseEvent
+
+    if connection.vendor != "postgresql":
+        return (
+            CaseEvent.objects.filter(case_id=case_id)
+            .order_by("-id")
+            .values_list("hash", flat=True)
+            .first()
+        )
+    with prepared_cursor() as cursor:
+        cursor.execute(_chain_head_sql(), [case_id])
+        row = cursor.fetchone()
+    return None if row is None else row[0]
