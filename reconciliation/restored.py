@@ -63,29 +63,11 @@ def _marker_file(identity: str) -> Path:
     return Path(settings.HOLDFAST_STATE_DIR) / f"database-{identity}.json"
 
 
-# The last epoch read per marker file, with the file's identity (device, inode, mtime, size) when
-# it was read. Every writer replaces the file (a new inode), so an unchanged identity is an
-# unchanged epoch: a claim checks with one stat instead of reading and parsing the file.
-_epochs_read: dict[Path, tuple[tuple[int, int, int, int], int | None]] = {}
-
-
 def _read_epoch(identity: str) -> int | None:
-    path = _marker_file(identity)
     try:
-        st = path.stat()
-    except FileNotFoundError:
-        _epochs_read.pop(path, None)
-        return None
-    seen = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
-    cached = _epochs_read.get(path)
-    if cached is not None and cached[0] == seen:
-        return cached[1]
-    try:
-        epoch: int | None = int(json.loads(path.read_text())["epoch"])
+        return int(json.loads(_marker_file(identity).read_text())["epoch"])
     except (FileNotFoundError, ValueError, KeyError, TypeError):
-        epoch = None
-    _epochs_read[path] = (seen, epoch)
-    return epoch
+        return None
 
 
 def _write_epoch(identity: str, epoch: int) -> None:
