@@ -1491,6 +1491,8 @@ class _OrderSystem:
             "DJANGO_SETTINGS_MODULE": "orders.settings",
             "ORDERS_DATABASE_URL": _database_url(self.database),
             "ORDERS_FAULTS_ENABLED": "1",  # /_testing/seed
+            # As deployed: without Django's debug query log (on by default in development).
+            "ORDERS_DEBUG": "0",
             "APPROVAL_GRANT_KEY": settings.APPROVAL_GRANT_KEY,
             "ORDER_WEBHOOK_SECRET": settings.ORDER_WEBHOOK_SECRET,
             "ORDERS_API_TOKEN": settings.ORDER_SYSTEM_TOKEN,
