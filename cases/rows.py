@@ -149,12 +149,16 @@ def _insert_sql(model: Any, count: int) -> str:
 
 def insert(instances: list[Any]) -> None:
     """Insert new ``instances`` of one model, in order, and give each its primary key: on
-    PostgreSQL one statement written out, elsewhere the ORM's ``bulk_create``."""
+    PostgreSQL one statement written out, elsewhere the ORM's (one row: its ``save``, which
+    gives it its key on every database; more: ``bulk_create``)."""
     if not instances:
         return
     model: Any = type(instances[0])
     if connection.vendor != "postgresql":
-        model._default_manager.bulk_create(instances)
+        if len(instances) == 1:
+            instances[0].save(force_insert=True)
+        else:
+            model._default_manager.bulk_create(instances)
         return
     db = current()
     params = [value for instance in instances for value in insert_values(instance, db)]
