@@ -351,6 +351,73 @@ def _ormq_sequence() -> int:
     return int(row[0]) if row else 0
 
 
+CPU_ORDERS_PG = "cpu the order system's"
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _process_ticks() -> dict[int, tuple[int, int]]:
+    """Every process's (session id, CPU ticks used so far), from ``/proc`` (Linux)."""
+    ticks = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue  # it exited meanwhile
+        # After the command's closing parenthesis: state is field 3, session 6, utime 14, stime 15.
+        fields = stat.rpartition(")")[2].split()
+        ticks[int(entry.name)] = (int(fields[3]), int(fields[11]) + int(fields[12]))
+    return ticks
+
+
+def _backend_pids(dbname: str) -> set[int]:
+    """The client backends of ``dbname``, not this one."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend'",
+            [dbname],
+        )
+        return {int(row[0]) for row in cursor.fetchall()}
+
+
+@dataclass
+class CpuSplit:
+    """The CPU each side of an end-to-end run used in its window, per apply: the cluster's
+    processes (its session), the order system's process, and the PostgreSQL backends of each
+    database, from ``/proc``. Who belongs to each side is read at the end (the order system
+    opens a connection per client connection, the cluster may start workers), and a process
+    that started in the window counts whole; one that started and exited in it is lost, which
+    persistent connections make rare."""
+
+    sessions: dict[str, int]
+    databases: dict[str, str]
+    before: dict[int, tuple[int, int]]
+
+    @classmethod
+    def start(cls, *, sessions: dict[str, int], databases: dict[str, str]) -> CpuSplit | None:
+        if not Path("/proc/self/stat").exists():
+            return None
+        return cls(sessions=sessions, databases=databases, before=_process_ticks())
+
+    def per_apply_ms(self, applies: int) -> dict[str, float]:
+        """Two reads of ``pg_stat_activity`` (transactions of this database)."""
+        after = _process_ticks()
+        groups = {
+            label: {pid for pid, (sid, _) in after.items() if sid == session}
+            for label, session in self.sessions.items()
+        }
+        groups |= {label: _backend_pids(db) for label, db in self.databases.items()}
+        used = {}
+        for label, pids in groups.items():
+            ticks = sum(
+                after[pid][1] - self.before.get(pid, (0, 0))[1] for pid in pids if pid in after
+            )
+            used[label] = ticks / _CLOCK_TICKS * 1000 / applies
+        return used
+
+
 def _backends(dbname: str | None = None) -> int:
     """Client backends connected to a database (default: this one), not counting this one."""
     with connection.cursor() as cursor:
@@ -539,6 +606,12 @@ class Command(BaseCommand):
             "e2e_writes": Series("write commits"),
             "idle_writes": Series("write commits/s"),
             "orders_xact": Series("transactions"),
+            "cpu workers": Series("ms"),
+            "cpu its PostgreSQL": Series("ms"),
+            "cpu order system": Series("ms"),
+            "cpu the order system's": Series("ms"),
+            "cpu all": Series("ms"),
+            "cpu noop": Series("ms"),
             "multi": Series("applies/s"),
         }
         self.series = s
@@ -784,6 +857,23 @@ class Command(BaseCommand):
                 "  the order system's own transactions per apply (xact_commit of "
                 f"{self.orders_db}): {s['orders_xact'].text(1)}"
             )
+            if s["cpu all"].values:
+                cores = os.cpu_count() or 1
+                w(
+                    "  CPU per apply (/proc, over each run): the cluster's workers "
+                    f"{s['cpu workers'].text(2)}, Holdfast's PostgreSQL backends "
+                    f"{s['cpu its PostgreSQL'].text(2)}, the order system "
+                    f"{s['cpu order system'].text(2)}, its PostgreSQL backends "
+                    f"{s[CPU_ORDERS_PG].text(2)}; {s['cpu all'].text(2)} in all: "
+                    f"{cores} cores could do {cores * 1000 / s['cpu all'].median:,.0f} applies/s "
+                    "if they did nothing else"
+                    + (
+                        f"; a django-q2 no-op task costs {s['cpu noop'].text(2)} (its cluster and "
+                        "PostgreSQL backends)"
+                        if s["cpu noop"].values
+                        else ""
+                    )
+                )
             if any(self.cluster_enqueued):
                 w(
                     f"  during the runs the cluster enqueued tasks of its own: "
@@ -1198,10 +1288,14 @@ class Command(BaseCommand):
         self._quiet()
         with _qcluster(self.log_dir, f"noop-{number}") as process:
             _warm(process)
+            cpu = CpuSplit.start(sessions={"workers": process.pid}, databases={"pg": self.db_name})
             start = time.perf_counter()
             rows = _enqueue_many(NOOP, [() for _ in range(count)])
             _wait_acked(rows, 120, process)
             elapsed = time.perf_counter() - start
+            if cpu is not None:
+                # The cluster's side only: the enqueue is the bench's.
+                self.series["cpu noop"].add(sum(cpu.per_apply_ms(count).values()))
         return count / elapsed
 
     # --- end-to-end safe apply ------------------------------------------------------------
@@ -1330,8 +1424,14 @@ class Command(BaseCommand):
             before = _counters()
             orders_before = before.commits.get(self.orders_db, 0)
             queued_before = _ormq_sequence()
+            cpu = CpuSplit.start(
+                sessions={"workers": process.pid, "order system": orders.process_session()},
+                databases={"its PostgreSQL": self.db_name, "the order system's": self.orders_db},
+            )
             start = time.perf_counter()
-            own = 3  # the enqueue's transaction, the two reads of the broker's sequence
+            # The enqueue's transaction, the two reads of the broker's sequence, and the CPU
+            # meter's two reads of the backends at the end.
+            own = 5
             if per_case:
                 _enqueue_many(APPLY, [(pk,) for pk in ids])
                 own += 2  # its two reads of the queue
@@ -1361,6 +1461,11 @@ class Command(BaseCommand):
                     raise Skip(f"{count - done} of {count} cases not done after 180s: {stuck}")
                 time.sleep(0.05)
             elapsed = time.perf_counter() - start
+            if cpu is not None:
+                split = cpu.per_apply_ms(count)
+                for label, ms in split.items():
+                    s[f"cpu {label}"].add(ms)
+                s["cpu all"].add(sum(split.values()))
             stopping = time.perf_counter()
             # Tasks the cluster enqueued itself meanwhile (dispatcher, sweeper's successor).
             queued = _ormq_sequence() - queued_before - (count if per_case else WORKERS)
@@ -1523,6 +1628,12 @@ class _OrderSystem:
                 raise RuntimeError(f"the order system exited: {output[-500:]}")
             time.sleep(0.1)
         raise RuntimeError("the order system did not start within 60s")
+
+    def process_session(self) -> int:
+        """The session of the server's process (its own: ``start_new_session``)."""
+        if self.process is None:
+            raise RuntimeError("the order system is not running")
+        return self.process.pid
 
     def seed(self, **body: list[dict[str, Any]]) -> None:
         if self.client is None:
