@@ -874,6 +874,17 @@ class Command(BaseCommand):
                         else ""
                     )
                 )
+            if len(s["e2e_xact_raw"].values) > 1:
+
+                def rounds(series: Series) -> str:
+                    return ", ".join(f"{value:.2f}" for value in series.values)
+
+                # A round that costs more shows here whole, not only as the range's end.
+                w(
+                    f"  per round, in order: transactions per apply {rounds(s['e2e_xact_raw'])}; "
+                    f"the workers' CPU per apply {rounds(s['cpu workers'])} ms; applies/s "
+                    f"{rounds(s['e2e'])}"
+                )
             if any(self.cluster_enqueued):
                 w(
                     f"  during the runs the cluster enqueued tasks of its own: "
