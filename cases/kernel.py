@@ -43,7 +43,7 @@ from typing import Any, Final
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 from django_fsm import can_proceed
 
@@ -51,7 +51,7 @@ from cases.audit import event_hash
 from cases.codes import Action
 from cases.exceptions import ActionNotPermitted, TransitionRejected, VersionConflict
 from cases.models import TERMINAL_STATUSES, Case, CaseEvent, Team, WaitingOn
-from cases.rows import chain_head, insert, lockable, locked, save_fields
+from cases.rows import chain_head, insert, locked, save_fields
 
 # --- actors -----------------------------------------------------------------------------------
 
@@ -141,10 +141,8 @@ def lock_case(case_or_pk: Case | int, related: tuple[str, ...] = CASE_RELATED) -
     """Re-read the case under a row lock (PostgreSQL); call inside ``transaction.atomic``.
     ``related``: the rows read with it (a worker's step needs only the account)."""
     pk = case_or_pk.pk if isinstance(case_or_pk, Case) else case_or_pk
-    if connection.vendor == "postgresql" and lockable(Case, related):
-        # The same read written out (``cases.rows``): a worker locks a case at every step.
-        return locked(Case, pk, related)
-    return Case.objects.select_for_update(of=("self",)).select_related(*related).get(pk=pk)
+    # Written out on PostgreSQL (``cases.rows``): a worker locks a case at every step.
+    return locked(Case, pk, related)
 
 
 @contextmanager

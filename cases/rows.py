@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from django.db import connection, connections, models
+from django.db import DatabaseError, connection, connections, models
 
 
 def columns(model: Any, alias: str) -> str:
@@ -70,9 +70,9 @@ def prepared_cursor() -> Any:
     return connection._prepare_cursor(raw)  # type: ignore[attr-defined]  # noqa: SLF001 - Django's own wrapping
 
 
-def lockable(model: Any, related: tuple[str, ...]) -> bool:
-    """Whether :func:`locked` can read ``model`` with ``related``: each a foreign key of the
-    model itself (not a path through another)."""
+def _lockable(model: Any, related: tuple[str, ...]) -> bool:
+    """Whether :func:`locked` writes the read of ``model`` with ``related`` out: each a foreign
+    key of the model itself (not a path through another)."""
     for name in related:
         if "__" in name:
             return False
@@ -105,9 +105,16 @@ def _locked_sql(model: Any, related: tuple[str, ...]) -> str:
 
 
 def locked(model: Any, pk: Any, related: tuple[str, ...] = ()) -> Any:
-    """``model``'s row ``pk`` read under its row lock, with ``related`` (see :func:`lockable`)
-    set on it; ``model.DoesNotExist`` when there is none. PostgreSQL only: the callers keep the
-    ORM's read for the other databases."""
+    """``model``'s row ``pk`` read under its row lock, with ``related`` set on it;
+    ``model.DoesNotExist`` when there is none: the ORM's
+    ``select_for_update(of=("self",)).select_related(*related).get(pk=pk)``. On PostgreSQL,
+    for foreign keys of the model itself, one statement written out; otherwise the ORM's."""
+    if connection.vendor != "postgresql" or not _lockable(model, related):
+        return (
+            model._default_manager.select_for_update(of=("self",))
+            .select_related(*related)
+            .get(pk=pk)
+        )
     db = current()
     with prepared_cursor() as cursor:
         cursor.execute(_locked_sql(model, related), [pk])
@@ -186,8 +193,6 @@ def save_fields(instance: Any, names: list[str]) -> None:
     if connection.vendor != "postgresql":
         instance.save(update_fields=names)
         return
-    from django.db import DatabaseError
-
     model: Any = type(instance)
     db = current()
     ordered = tuple(sorted(set(names)))

@@ -507,11 +507,7 @@ def _record_applied(
     now = timezone.now()
     plan: Notify | None = None
     with case_step(attempt.case_id, actor=worker, related=WORKER_RELATED) as case:
-        operation = (
-            locked(Operation, attempt.operation_id)
-            if connection.vendor == "postgresql"
-            else Operation.objects.select_for_update().get(pk=attempt.operation_id)
-        )
+        operation = locked(Operation, attempt.operation_id)
         unexpected = (
             result.replayed
             and not looked_up

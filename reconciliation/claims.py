@@ -54,7 +54,15 @@ from cases.models import (
     SystemMarker,
     WaitingOn,
 )
-from cases.rows import columns, current, insert_fields, insert_values, load, prepared_cursor
+from cases.rows import (
+    columns,
+    current,
+    insert_fields,
+    insert_values,
+    load,
+    prepared_cursor,
+    width,
+)
 from reconciliation.complete import case_complete
 
 logger = logging.getLogger(__name__)
@@ -419,11 +427,10 @@ def _claim_read_sql(now: dt.datetime, *, case_id: int | None, skip: set[int]) ->
     if values is None:
         return None
     account = Case._meta.get_field("account").related_model
-    widths = [len(m._meta.concrete_fields) for m in (Proposal, Operation, Case, account)]
     parts, at = [], 0
-    for width in widths:
-        parts.append(tuple(values[at : at + width]))
-        at += width
+    for model in (Proposal, Operation, Case, account):
+        parts.append(tuple(values[at : at + width(model)]))
+        at += width(model)
     db = current()
     proposal = load(Proposal, parts[0], db)
     operation = None if parts[1][0] is None else load(Operation, parts[1], db)

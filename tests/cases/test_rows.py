@@ -186,8 +186,8 @@ def test_the_locked_read_written_out_loads_the_case_and_its_account_as_the_orm(c
     assert not by_sql._state.adding
     with transaction.atomic(), pytest.raises(Case.DoesNotExist):
         rows.locked(Case, 10**9, ("account",))
-    assert not rows.lockable(Case, ("owner__staff_profile",))
-    assert rows.lockable(Case, ("account", "backup"))
+    assert not rows._lockable(Case, ("owner__staff_profile",))  # the ORM's read, then
+    assert rows._lockable(Case, ("account", "backup"))
 
 
 def test_the_locked_read_leaves_a_nullable_relation_without_a_row_empty(cases):

@@ -294,3 +294,53 @@ def test_the_written_out_claim_writes_what_the_orm_writes(
         assert case.next_check_at == Attempt.objects.get(case=case).lease_expires_at
     for case in (one, other):
         assert verify_chains(case_reference=case.reference).ok
+
+
+@postgres_only
+def test_the_written_out_mark_of_the_send_decides_and_writes_what_the_orm_does(
+    approved_case, live_orders, account
+):
+    """On PostgreSQL the mark that the write may leave is one statement written out
+    (``apply._mark_submitting_sql``), elsewhere the ORM's (``_mark_submitting_orm``). Both must
+    let the send go, or refuse it, in the same states, and write the same times."""
+    from django.db import transaction
+    from django.db.models import F
+    from django.utils import timezone
+
+    from approvals.models import Approval
+    from reconciliation.apply import _authority, _mark_submitting_orm, _mark_submitting_sql
+    from reconciliation.claims import lease_seconds
+
+    case = approved_case(order_id=_orders(live_orders, account, 1)[0])
+    attempt = case_claim(case_id=case.pk, worker=WORKER)
+    authority = _authority(attempt, None)
+    assert authority is not None
+    attempts = Attempt.objects.filter(pk=attempt.pk)
+
+    def both(change, *, with_authority: bool = True) -> bool:
+        seen = []
+        for mark in (_mark_submitting_sql, _mark_submitting_orm):
+            with transaction.atomic():
+                point = transaction.savepoint()
+                change()
+                now = timezone.now()
+                lease = now + dt.timedelta(seconds=lease_seconds(attempt.kind))
+                moved = mark(attempt, authority if with_authority else None, now=now, lease=lease)
+                row = attempts.values("submitted_at", "heartbeat_at", "lease_expires_at").get()
+                seen.append((moved, row == {"submitted_at": now, "heartbeat_at": now,
+                                            "lease_expires_at": lease}))  # fmt: skip
+                transaction.savepoint_rollback(point)
+        assert seen[0] == seen[1]
+        moved, written = seen[0]
+        assert moved == written
+        return moved
+
+    approval = Approval.objects.filter(pk=authority.approval_id)
+    assert both(lambda: None)
+    assert both(lambda: None, with_authority=False)
+    assert not both(lambda: approval.update(expires_at=timezone.now()))
+    assert not both(lambda: approval.update(revoked_at=timezone.now()))
+    assert both(lambda: approval.update(revoked_at=timezone.now()), with_authority=False)
+    assert not both(lambda: attempts.update(lease_expires_at=timezone.now()))
+    assert not both(lambda: attempts.update(state=Attempt.State.CANCEL_REQUESTED))
+    assert not both(lambda: attempts.update(fencing_token=F("fencing_token") + 10**6))
