@@ -586,6 +586,13 @@ class CaseEvent(models.Model):
             models.Index(fields=["case", "version"]),
             # The chain's head: the case's latest event, read by every append.
             models.Index(fields=["case", "id"], name="cases_event_chain_idx"),
+            # The events page's search (``cases.admin.search``) asks these for the reason and
+            # the actor; the case reference through the cases' own index. An event insert costs
+            # 0.06 ms more with both (10k single-row inserts; ``cases`` migration 0015).
+            GinIndex(OpClass(Upper("reason"), name="gin_trgm_ops"), name="event_reason_trgm"),
+            GinIndex(
+                OpClass(Upper("actor_label"), name="gin_trgm_ops"), name="event_actor_label_trgm"
+            ),
         ]
         # Related managers and the ORM's internals go through the append-only queryset too.
         base_manager_name = "objects"

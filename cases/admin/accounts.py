@@ -13,17 +13,22 @@ from cases import selectors, services
 from cases.admin.extend import EXTENSIONS
 from cases.admin.filters import PrintableBooleanFilter
 from cases.admin.forms import CustomerAccountForm
+from cases.admin.search import IndexedSearchMixin
 from cases.admin.views import person
 from cases.exceptions import CaseError
 from cases.models import CustomerAccount
+from cases.paging import BoundedCountAdminMixin
 
 
 @admin.register(CustomerAccount)
-class CustomerAccountAdmin(admin.ModelAdmin):
+class CustomerAccountAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
     form = CustomerAccountForm
     list_display = ["reference", "name", "team", "verified", "access_active"]
     list_filter = [("verified", PrintableBooleanFilter), "access_active"]
+    # Field by field through each one's trigram index (``cases.admin.search``).
     search_fields = ["reference", "name"]
+    # The page counts its filtered rows once, at most 1,000 past the page (``cases.paging``).
+    show_full_result_count = False
     # The team, the reference (the order system's id) and the flags change only through
     # audited services: the actions below; the name and email through ``account_update``.
     readonly_fields = ["reference", "team", "verified", "access_active", "access_revoked_at"]

@@ -325,7 +325,7 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(CaseEvent)
-class CaseEventAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
+class CaseEventAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
     list_display = [
         "created_at",
         "case",
@@ -337,6 +337,8 @@ class CaseEventAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
         "reason",
     ]
     list_filter = [("action", ActionFilter)]
+    # Field by field through each one's trigram index (``cases.admin.search``): the case
+    # reference's on the cases, the reason's and the actor's on the events (migration 0015).
     search_fields = ["case__reference", "reason", "actor_label"]
     list_select_related = ["case"]
     # A filtered page counts its rows once: no second COUNT(*) over every visible event, and

@@ -18,16 +18,19 @@ A word's matches are read once, field by field (one small query each: a ``UNION 
 would be planned in parallel on a big table, and starting the workers costs more than the
 lookups) and, when there are at most :data:`RESOLVED_MATCHES`, the page filters on those
 primary keys: its count and its rows then cost primary-key lookups instead of two more trigram
-scans each. A word that matches more keeps the subquery. Either way a search costs the same
-number of queries however many cases there are.
+scans each. A word that matches more is checked, as the admin's own search would, on the rows
+the other words left when one of them left at most that many, and otherwise keeps the subquery.
+Either way a search costs the same number of queries however many cases there are.
 """
 
 from __future__ import annotations
 
+import functools
+import operator
 import re
 from typing import Any
 
-from django.db.models import Q, QuerySet, Value
+from django.db.models import Q, QuerySet, TextField, Value
 from django.db.models.functions import Concat
 from django.http import HttpRequest
 from django.utils.text import smart_split, unescape_string_literal
@@ -47,6 +50,12 @@ def _contains(field: str, unindexed: str, word: str) -> Q:
     return Q(**{f"{field}__icontains": key}) & Q(**{f"{unindexed}__icontains": word})
 
 
+def _unindexed(field: str) -> Concat:
+    """``CONCAT(field, '')``: the field's text, but not the indexed ``UPPER(field)``; as text,
+    which a character field's and a text field's concatenation both are."""
+    return Concat(field, Value(""), output_field=TextField())
+
+
 class IndexedSearchMixin:
     """``get_search_results`` for search fields that are plain ``icontains`` lookups."""
 
@@ -57,24 +66,45 @@ class IndexedSearchMixin:
         if not search_term or not fields or any(f[0] in "^=@" for f in fields):
             return super().get_search_results(request, queryset, search_term)  # type: ignore[misc]
         rows = queryset.model._default_manager
-        for bit in smart_split(search_term):
-            if bit.startswith(('"', "'")) and bit[0] == bit[-1]:
-                bit = unescape_string_literal(bit)
+        words = [
+            unescape_string_literal(bit) if bit[0] in "\"'" and bit[0] == bit[-1] else bit
+            for bit in smart_split(search_term)
+        ]
+        # Words with a digit first: references and order ids, which few rows share.
+        words.sort(key=lambda word: not any(c.isdigit() for c in word))
+        narrowed = False
+        broad: list[tuple[str, list[QuerySet[Any]]]] = []
+        for bit in words:
+            if narrowed:  # checked on the few rows left (below): no index needs asking
+                broad.append((bit, []))
+                continue
             parts = [
-                # ``CONCAT(field, '')``: the same text, not the indexed ``UPPER(field)``.
-                rows.alias(hf_unindexed=Concat(field, Value("")))
+                rows.alias(hf_unindexed=_unindexed(field))
                 .filter(_contains(field, "hf_unindexed", bit))
                 .order_by()
                 .values("pk")
                 for field in fields
             ]
-            found: list[Any] = []
+            found: set[Any] = set()  # the rows, once each however many fields match
             for part in parts:
                 if len(found) <= RESOLVED_MATCHES:
                     wanted = RESOLVED_MATCHES + 1 - len(found)
-                    found.extend(part.values_list("pk", flat=True)[:wanted])
+                    found.update(part.exclude(pk__in=found).values_list("pk", flat=True)[:wanted])
             if len(found) <= RESOLVED_MATCHES:
-                queryset = queryset.filter(pk__in=sorted(set(found)))
+                queryset = queryset.filter(pk__in=sorted(found))
+                narrowed = True
             else:
-                queryset = queryset.filter(pk__in=parts[0].union(*parts[1:]))
+                broad.append((bit, parts))
+        if not broad:
+            return queryset, False
+        if not narrowed:  # every word matches many rows: the first keeps its subquery
+            _, parts = broad.pop(0)
+            queryset = queryset.filter(pk__in=parts[0].union(*parts[1:]))
+        # The other words are checked, as the admin's own search would, on the rows left (a
+        # search of "Customer 777" looked "Customer" up in all 100k accounts).
+        checks = {f"hf_check_{i}": _unindexed(field) for i, field in enumerate(fields)}
+        queryset = queryset.alias(**checks)
+        for bit, _ in broad:
+            matches = (Q(**{f"{name}__icontains": bit}) for name in checks)
+            queryset = queryset.filter(functools.reduce(operator.or_, matches))
         return queryset, False

@@ -336,6 +336,8 @@ def pages() -> list[Page]:
     prefix = settings.CASE_REFERENCE_PREFIX
     changelist = "/admin/cases/case/"
     owner = str(FILTER_USER_ID)
+    # Case 10000 is the bench team's (i % 4 == 0) and exists at every size measured.
+    case, account = f"{prefix}-10000", "ACC-0000001"
     return [
         Page("admin changelist", changelist),
         Page("admin changelist page 5", changelist, {"p": "5"}),
@@ -346,20 +348,37 @@ def pages() -> list[Page]:
         Page("admin changelist overdue", changelist, {"overdue": "yes"}),
         Page("admin changelist not overdue", changelist, {"overdue": "no"}),
         Page("admin changelist team", changelist, {"team": str(BENCH_TEAM_ID)}),
-        # Case 10000 is the bench team's (i % 4 == 0) and exists at every size measured.
-        Page("admin changelist search case reference", changelist, {"q": f"{prefix}-10000"}),
+        Page("admin changelist search case reference", changelist, {"q": case}),
         Page("admin changelist search order id", changelist, {"q": "ORD-1005000"}),
-        Page("admin changelist search account reference", changelist, {"q": "ACC-0000001"}),
+        Page("admin changelist search account reference", changelist, {"q": account}),
         Page("admin held queue", "/admin/cases/heldcase/"),
         Page("admin held queue search order id", "/admin/cases/heldcase/", {"q": "ORD-1005000"}),
         Page("admin needs-attention queue", "/admin/cases/attentioncase/"),
+        Page(
+            "admin needs-attention queue search order id",
+            "/admin/cases/attentioncase/",
+            {"q": "ORD-1005000"},
+        ),
         Page("admin approver queue", "/admin/approvals/proposal/", {"status": "awaiting_review"}),
+        Page(
+            "admin approver queue search order id",
+            "/admin/approvals/proposal/",
+            {"status": "awaiting_review", "q": "ORD-1005000"},
+        ),
         Page("admin events", "/admin/cases/caseevent/"),
         Page(
             "admin events action filter",
             "/admin/cases/caseevent/",
             {"action__exact": "cases.case.transitioned"},
         ),
+        Page("admin events search case reference", "/admin/cases/caseevent/", {"q": case}),
+        # About a hundred events at every size carry this word in their reason ("Asked the
+        # customer for a date"); none has this actor.
+        Page("admin events search reason", "/admin/cases/caseevent/", {"q": "customer"}),
+        Page("admin events search actor", "/admin/cases/caseevent/", {"q": "bench_lead"}),
+        Page("admin accounts", "/admin/cases/customeraccount/"),
+        Page("admin accounts search reference", "/admin/cases/customeraccount/", {"q": account}),
+        Page("admin accounts search name", "/admin/cases/customeraccount/", {"q": "Customer 1000"}),
         Page("API case list", "/api/cases/"),
         Page("API case list status", "/api/cases/", {"status": "ready"}),
         Page("API case list overdue", "/api/cases/", {"overdue": "true"}),
