@@ -8,7 +8,9 @@ One ``OrderSystemProfile`` row per probe run (history is kept); the latest row f
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.db import models
+from django.db.models.functions import Upper
 from django.utils import timezone
 
 
@@ -225,6 +227,15 @@ class InboundEvent(models.Model):
         ordering = ["-received_at", "-id"]
         indexes = [
             models.Index(fields=["processing", "next_attempt_at"], name="recon_inbound_due"),
+            # The inbound events page: its order (newest first), and its search field by
+            # field (``cases.admin.search``) through each field's trigram index.
+            models.Index(fields=["received_at", "id"], name="recon_inbound_received"),
+            GinIndex(
+                OpClass(Upper("event_id"), name="gin_trgm_ops"), name="recon_inbound_event_trgm"
+            ),
+            GinIndex(
+                OpClass(Upper("order_id"), name="gin_trgm_ops"), name="recon_inbound_order_trgm"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -21,6 +21,7 @@ is at most :data:`GOAL_RATIO` and its query count is the same at every size.
 # ruff: noqa: S608 - the seed's SQL interpolates this module's own integers and names only.
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import statistics
 import time
@@ -34,8 +35,9 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext, override_settings
+from django.utils import timezone
 
-SEED_VERSION = 3
+SEED_VERSION = 4
 GOAL_RATIO = 1.5
 TEAMS = 4
 STAFF_PER_TEAM = 10  # the last of each team is its approver
@@ -244,6 +246,22 @@ def seed_sql(size: int, *, prefix: str) -> list[str]:
                c.updated_at + k * interval '1 minute', 'Order read', k, 'system', c.id
         FROM cases_case c CROSS JOIN generate_series(1, 2) k WHERE c.status = 'held'
         """,
+        # One order.updated webhook per case, processed (its account known), one in fifty
+        # failed and due again: the inbound events page and its filters.
+        """
+        INSERT INTO reconciliation_inboundevent (
+            id, event_id, type, order_id, order_version, occurred_at, body, received_at,
+            deliveries, last_received_at, processing, attempts, last_error, processed_at,
+            next_attempt_at, outcome, account_reference
+        )
+        SELECT c.id, 'evt-' || md5('inbound-' || c.id), 'order.updated', c.order_id, 2,
+               c.updated_at, '{}'::jsonb, c.updated_at, 1, c.updated_at,
+               CASE WHEN c.id % 50 = 0 THEN 'failed' ELSE 'processed' END, 1,
+               CASE WHEN c.id % 50 = 0 THEN 'The order system did not answer' ELSE '' END,
+               CASE WHEN c.id % 50 <> 0 THEN c.updated_at END,
+               CASE WHEN c.id % 50 = 0 THEN now() + interval '5 minutes' END, '', a.reference
+        FROM cases_case c JOIN cases_customeraccount a ON a.id = c.account_id
+        """,
         f"""
         INSERT INTO cases_counterrow (name, value) VALUES ('case_number', {size})
         ON CONFLICT (name) DO UPDATE SET value = excluded.value
@@ -270,6 +288,7 @@ _SEEDED_TABLES = (
     "approvals_approval",
     "approvals_proposalauthor",
     "cases_evidencereference",
+    "reconciliation_inboundevent",
 )
 # Secondary indexes of these are dropped before the load and built again after it (a bulk
 # build is many times faster than a million inserts into each b-tree and trigram index).
@@ -280,6 +299,7 @@ _REBUILT_TABLES = (
     "approvals_proposal",
     "approvals_approval",
     "approvals_proposalauthor",
+    "reconciliation_inboundevent",
 )
 
 
@@ -338,6 +358,10 @@ def pages() -> list[Page]:
     owner = str(FILTER_USER_ID)
     # Case 10000 is the bench team's (i % 4 == 0) and exists at every size measured.
     case, account = f"{prefix}-10000", "ACC-0000001"
+    inbound = "/admin/reconciliation/inboundevent/"
+    # As the admin's date filter writes its "Past 7 days" link: local midnights, with offset.
+    today = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
+    week_ago, tomorrow = today - dt.timedelta(days=7), today + dt.timedelta(days=1)
     return [
         Page("admin changelist", changelist),
         Page("admin changelist page 5", changelist, {"p": "5"}),
@@ -379,6 +403,15 @@ def pages() -> list[Page]:
         Page("admin accounts", "/admin/cases/customeraccount/"),
         Page("admin accounts search reference", "/admin/cases/customeraccount/", {"q": account}),
         Page("admin accounts search name", "/admin/cases/customeraccount/", {"q": "Customer 1000"}),
+        Page("admin inbound events", inbound),
+        Page("admin inbound events failed", inbound, {"processing__exact": "failed"}),
+        Page("admin inbound events type", inbound, {"type": "order.updated"}),
+        Page("admin inbound events search order id", inbound, {"q": "ORD-1005000"}),
+        Page(
+            "admin inbound events received past 7 days",
+            inbound,
+            {"received_at__gte": f"{week_ago}", "received_at__lt": f"{tomorrow}"},
+        ),
         Page("API case list", "/api/cases/"),
         Page("API case list status", "/api/cases/", {"status": "ready"}),
         Page("API case list overdue", "/api/cases/", {"overdue": "true"}),

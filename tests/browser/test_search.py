@@ -27,9 +27,11 @@ def _matching(words: str) -> list[CaseEvent]:
     """The events each word matches in the case reference, the reason or the actor."""
     events = CaseEvent.objects.select_related("case")
     for word in words.split():
-        events = events.filter(
-            case__reference__icontains=word
-        ) | events.filter(reason__icontains=word) | events.filter(actor_label__icontains=word)
+        events = (
+            events.filter(case__reference__icontains=word)
+            | events.filter(reason__icontains=word)
+            | events.filter(actor_label__icontains=word)
+        )
     return list(events)
 
 

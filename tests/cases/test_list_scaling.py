@@ -24,7 +24,9 @@ from django.test.utils import CaptureQueriesContext
 from cases.paging import COUNT_CAP
 from reconciliation.benchmarks import lists
 
-SEQ_SCAN = re.compile(r"Seq Scan on (cases_case|cases_caseevent|approvals_\w+)\b")
+SEQ_SCAN = re.compile(
+    r"Seq Scan on (cases_case|cases_caseevent|approvals_\w+|reconciliation_inboundevent)\b"
+)
 
 
 def _seed(size: int) -> None:
@@ -55,7 +57,9 @@ def _plans(client, page: lists.Page) -> list[tuple[str, str]]:
     for query in captured.captured_queries:
         sql = query["sql"]
         if not re.search(
-            r'"(cases_case|cases_caseevent|cases_customeraccount|approvals_proposal)"', sql
+            r'"(cases_case|cases_caseevent|cases_customeraccount|approvals_proposal'
+            r'|reconciliation_inboundevent)"',
+            sql,
         ):
             continue
         with connection.cursor() as cursor:
@@ -102,6 +106,7 @@ def test_no_list_page_reads_every_case(db, as_bench_lead):
         ("admin events search actor", "event_actor_label_trgm"),
         ("admin accounts search reference", "account_reference_trgm"),
         ("admin accounts search name", "account_name_trgm"),
+        ("admin inbound events search order id", "recon_inbound_order_trgm"),
     ],
 )
 def test_search_asks_the_trigram_indexes(db, as_bench_lead, name, index):
