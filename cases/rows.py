@@ -55,6 +55,26 @@ def current() -> Any:
     return connections[connection.alias]
 
 
+class _Kept:
+    """The connection's kept cursor (see :func:`prepared_cursor`), lent for one block: wrapped
+    afresh each time (the query log and the execute wrappers in force now see it), left open at
+    the end of the block."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw, self.lent = raw, False
+
+    def lend(self, db: Any) -> _Kept:
+        self.wrapped = db._prepare_cursor(self.raw)  # noqa: SLF001 - Django's own wrapping
+        return self
+
+    def __enter__(self) -> Any:
+        self.lent = True
+        return self.wrapped
+
+    def __exit__(self, *exc: object) -> None:
+        self.lent = False
+
+
 def prepared_cursor() -> Any:
     """A cursor that binds its parameters on the server, so that PostgreSQL can keep the
     statement prepared (psycopg prepares it once the connection ran it ``prepare_threshold``
@@ -62,12 +82,21 @@ def prepared_cursor() -> Any:
     Django's own cursors do too unless ``DB_SERVER_SIDE_BINDING=0`` (then they bind on the
     client: the values become part of the text, which is never the same twice); these stay
     prepared either way. Wrapped as Django wraps its own, so query logs and execute wrappers
-    see it."""
+    see it.
+
+    For ``with`` only, and read within the block: the connection keeps one such cursor for
+    these statements (making and closing one cost 12 µs, twice a claim). A block inside
+    another's gets a cursor of its own, closed at its end."""
     import psycopg
 
-    connection.ensure_connection()
-    raw = psycopg.Cursor(connection.connection)
-    return connection._prepare_cursor(raw)  # type: ignore[attr-defined]  # noqa: SLF001 - Django's own wrapping
+    db = current()
+    db.ensure_connection()
+    kept: _Kept | None = db.__dict__.get("_hf_kept_cursor")
+    if kept is None or kept.raw.closed or kept.raw.connection is not db.connection:
+        kept = db.__dict__["_hf_kept_cursor"] = _Kept(psycopg.Cursor(db.connection))
+    elif kept.lent:  # a block inside another's: a cursor of its own, closed by its ``with``
+        return db._prepare_cursor(psycopg.Cursor(db.connection))  # noqa: SLF001
+    return kept.lend(db)
 
 
 def _lockable(model: Any, related: tuple[str, ...]) -> bool:

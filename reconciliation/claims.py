@@ -236,10 +236,10 @@ def _claim_query(now: dt.datetime) -> QuerySet[Proposal]:
 
 @dataclass
 class _ClaimRow:
-    """What the claim read, the same from either reader: the open proposal with its case (and
-    the case's account) and operation, and every guard's value."""
+    """What the claim read, the same from either reader: the open proposal's case (with the
+    case's account) and operation, and every guard's value (the proposal's own is its evidence's
+    order version)."""
 
-    proposal: Proposal
     case: Case
     operation: Operation | None
     case_id: int
@@ -261,7 +261,6 @@ class _ClaimRow:
     @classmethod
     def from_orm(cls, row: Any) -> _ClaimRow:
         return cls(
-            proposal=row,
             case=row.case,
             operation=row.operation,
             **{name: getattr(row, name) for name in _GUARD_COLUMNS},
@@ -365,7 +364,7 @@ def _pg_claim_sql() -> str:
         "AND ap.revoked_at IS NULL AND ap.expires_at > %(now)s ORDER BY ap.decided_at DESC LIMIT 1"
     )
     select = f"""
-        SELECT {columns(Proposal, "p")}, {columns(Operation, "o")},
+        SELECT p."evidence_order_version", {columns(Operation, "o")},
                {columns(Case, "c")}, {columns(account, "a")},
                EXISTS (SELECT 1 FROM {t["cancellation"]} x
                        WHERE x.case_id = c.id AND x.outcome = 'pending'),
@@ -427,25 +426,21 @@ def _claim_read_sql(now: dt.datetime, *, case_id: int | None, skip: set[int]) ->
     if values is None:
         return None
     account = Case._meta.get_field("account").related_model
-    parts, at = [], 0
-    for model in (Proposal, Operation, Case, account):
+    parts, at = [], 1  # after the proposal's evidence_order_version
+    for model in (Operation, Case, account):
         parts.append(tuple(values[at : at + width(model)]))
         at += width(model)
     db = current()
-    proposal = load(Proposal, parts[0], db)
-    operation = None if parts[1][0] is None else load(Operation, parts[1], db)
-    case = load(Case, parts[2], db)
-    case.account = load(account, parts[3], db)
-    proposal.case = case
-    proposal.operation = operation
-    # The guards in the statement's order: _GUARD_COLUMNS after the two the proposal holds.
+    operation = None if parts[0][0] is None else load(Operation, parts[0], db)
+    case = load(Case, parts[1], db)
+    case.account = load(account, parts[2], db)
+    # The guards in the statement's order: _GUARD_COLUMNS after the case's id and the version.
     *read, token = values[at:]
     return _ClaimRow(
-        proposal=proposal,
         case=case,
         operation=operation,
         case_id=case.pk,
-        evidence_order_version=proposal.evidence_order_version,
+        evidence_order_version=values[0],
         **dict(zip(_GUARD_COLUMNS[2:], read, strict=True)),
         token=token,
     )

@@ -209,3 +209,46 @@ def test_the_chain_head_written_out_is_the_orm_s(cases):
             )
         )
     assert rows.chain_head(10**9) is None
+
+
+def test_the_kept_cursor_serves_each_block_and_a_block_inside_another_gets_its_own(cases):
+    """One cursor of the connection's serves block after block (and the query log sees each
+    statement); a block opened inside another's gets a cursor of its own, so the outer block's
+    result is still there to read."""
+    from django.test.utils import CaptureQueriesContext
+
+    def raw(wrapped):
+        return wrapped.cursor  # Django's wrapper around the psycopg cursor
+
+    with CaptureQueriesContext(connection) as captured:
+        with rows.prepared_cursor() as first:
+            first.execute("SELECT 1")
+            assert first.fetchone() == (1,)
+        with rows.prepared_cursor() as second:
+            second.execute("SELECT 2")
+            assert second.fetchone() == (2,)
+    assert raw(first) is raw(second)
+    assert [q["sql"] for q in captured.captured_queries] == ["SELECT 1", "SELECT 2"]
+
+    with rows.prepared_cursor() as outer:
+        outer.execute("SELECT generate_series(1, 3)")
+        assert outer.fetchone() == (1,)
+        with rows.prepared_cursor() as inner:
+            inner.execute("SELECT 42")
+            assert inner.fetchone() == (42,)
+        assert raw(inner) is not raw(outer)
+        assert raw(inner).closed
+        assert outer.fetchall() == [(2,), (3,)]
+    assert not raw(outer).closed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_connection_opened_again_gets_a_kept_cursor_of_its_own():
+    with rows.prepared_cursor() as before:
+        before.execute("SELECT 1")
+    kept = before.cursor
+    connection.close()
+    with rows.prepared_cursor() as after:
+        after.execute("SELECT 3")
+        assert after.fetchone() == (3,)
+    assert after.cursor is not kept
