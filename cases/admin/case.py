@@ -8,6 +8,7 @@ case's authority through the revoker an app registered (``extend``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,7 +18,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from cases import selectors, services
 from cases.admin import views
@@ -324,18 +326,21 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         return case_form.view(self, request, views.scoped_case(self, request, pk))
 
 
+def _breakable(code: str) -> str:
+    """``code`` (escaped) with a line-break opportunity after each dot, underscore and colon,
+    so that ``reconciliation.manual_settlement_needed`` or ``proposer:vm:23017`` wraps at its
+    parts, not inside them."""
+    parts = re.split(r"(?<=[._:])", code)
+    return format_html_join(mark_safe("<wbr>"), "{}", ((part,) for part in parts))  # noqa: S308
+
+
 @admin.register(CaseEvent)
 class CaseEventAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
-    list_display = [
-        "created_at",
-        "case",
-        "version",
-        "action",
-        "from_status",
-        "to_status",
-        "actor_label",
-        "reason",
-    ]
+    # The reason is what an auditor reads: the columns before it stay narrow (the status change
+    # in one column, the action code breaking only at its dots), so that it fits a desktop
+    # window beside the filters (``tests/browser/test_layout.py``).
+    list_display = ["when", "case", "action_code", "status_change", "acted_by", "reason"]
+    list_display_links = ["when"]
     list_filter = [("action", ActionFilter)]
     # Field by field through each one's trigram index (``cases.admin.search``): the case
     # reference's on the cases, the reason's and the actor's on the events (migration 0015).
@@ -347,6 +352,29 @@ class CaseEventAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmi
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[CaseEvent]:
         return selectors.events_for(request.user).select_related("case")
+
+    @admin.display(description="Action", ordering="action")
+    def action_code(self, obj: CaseEvent) -> str:
+        """The code, breakable after its dots and underscores (``cases.<wbr>case.<wbr>…``)."""
+        return _breakable(obj.action)
+
+    @admin.display(description="Actor", ordering="actor_label")
+    def acted_by(self, obj: CaseEvent) -> str:
+        return _breakable(obj.actor_label)
+
+    @admin.display(description="When", ordering="created_at")
+    def when(self, obj: CaseEvent) -> str:
+        return f"{timezone.localtime(obj.created_at):%Y-%m-%d %H:%M:%S}"
+
+    @admin.display(description="Version: status", ordering="version")
+    def status_change(self, obj: CaseEvent) -> str:
+        """The version the event produced and the status change, if any (``v2: new →
+        waiting_source``)."""
+        if obj.from_status == obj.to_status:
+            text = f"v{obj.version}" + (f": {obj.to_status}" if obj.to_status else "")
+        else:
+            text = f"v{obj.version}: {obj.from_status or '—'} → {obj.to_status or '—'}"
+        return _breakable(text)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -53,3 +53,46 @@ def test_work_pages_fit_the_window(
     )
 
     assert not problems, "Regions wider than the window:\n" + "\n".join(problems)
+
+
+_HIDDEN_SIDEWAYS_JS = """
+() => [...document.querySelectorAll('#changelist .results')]
+  .filter((el) => el.scrollWidth > el.clientWidth + 1)
+  .map((el) => `${el.scrollWidth}px of columns in ${el.clientWidth}px`)
+"""
+
+
+def test_the_audit_and_record_lists_show_every_column_on_a_desktop(
+    open_page, held_case, reviewable_case, make_case
+):
+    """On a 1280px desktop, beside the navigation and the filters, the events list shows every
+    column, the reason included, without scrolling the table sideways (it was cut after the
+    actor, the action codes broken inside their words); so do the accounts and inbound events
+    lists."""
+    held = held_case()
+    reviewable_case()
+    make_case()
+    page = open_page(DESKTOP)
+    login(page, "lead")
+    for name, url in [
+        ("events", "/admin/cases/caseevent/"),
+        ("events-of-a-held-case", f"/admin/cases/caseevent/?q={held.reference}"),
+        ("accounts", "/admin/cases/customeraccount/"),
+        ("inbound-events", "/admin/reconciliation/inboundevent/"),
+    ]:
+        page.goto(url)
+        page.wait_for_load_state()
+        shot(page, name)
+        assert not page.evaluate(_HIDDEN_SIDEWAYS_JS), (name, page.evaluate(_HIDDEN_SIDEWAYS_JS))
+    page.goto(f"/admin/cases/caseevent/?q={held.reference}")
+    reasons = page.locator("#result_list td.field-reason")
+    assert reasons.count() > 3
+    results = page.locator("#changelist .results").bounding_box()
+    # Who acted, on every row (the person's or worker's label, never the empty user column).
+    actors = page.locator("#result_list td.field-acted_by").all_inner_texts()
+    assert actors
+    assert all(actor.strip() not in {"", "-"} for actor in actors), actors
+    for index in range(reasons.count()):
+        box = reasons.nth(index).bounding_box()
+        assert box["x"] + box["width"] <= results["x"] + results["width"] + 1, (index, box)
+        assert box["width"] >= 100, box  # a readable column, not a letter per line
