@@ -371,12 +371,12 @@ def _process_ticks() -> dict[int, tuple[int, int]]:
     return ticks
 
 
-def _backend_pids(dbname: str) -> set[int]:
-    """The client backends of ``dbname``, not this one."""
+def _backend_pids(dbname: str | None = None) -> set[int]:
+    """The client backends connected to a database (default: this one), not this one."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid() "
-            "AND backend_type = 'client backend'",
+            "SELECT pid FROM pg_stat_activity WHERE datname = coalesce(%s, current_database()) "
+            "AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
             [dbname],
         )
         return {int(row[0]) for row in cursor.fetchall()}
@@ -419,15 +419,8 @@ class CpuSplit:
 
 
 def _backends(dbname: str | None = None) -> int:
-    """Client backends connected to a database (default: this one), not counting this one."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = coalesce(%s, "
-            "current_database()) AND pid <> pg_backend_pid() AND backend_type = 'client backend'",
-            [dbname],
-        )
-        row = cursor.fetchone()
-    return int(row[0]) if row else 0
+    """How many client backends are connected to a database (default: this one), not this one."""
+    return len(_backend_pids(dbname))
 
 
 def _backends_gone(timeout: float = 10) -> None:
