@@ -20,8 +20,9 @@ resend them by hand. So:
   system (``GET /orders/{id}``, outside any transaction) and the event reaches only open cases
   whose ``account.reference`` is the account the order system reports; open cases of that
   order under another account are left alone and are not named in the event's outcome. The
-  account read is stored on the event (``account_reference``), which is what scopes the event
-  in the admin (``reconciliation.selectors.inbound_events_for``). An order that cannot be read
+  account read is stored on the event (``account_reference``, and ``account``, our account of
+  that reference), which is what scopes the event in the admin
+  (``reconciliation.selectors.inbound_events_for``). An order that cannot be read
   is a failed attempt (nothing changed, retried on the backoff), never a guess.
 - ``inbound_events_retry_due`` (django-q2 schedule, every minute) processes failed events whose
   next attempt is due, on the shared bounded backoff, and pending events nobody picked up.
@@ -43,7 +44,7 @@ from django.utils import timezone
 from approvals.services import proposal_invalidate_for_source_change
 from cases.codes import Action
 from cases.kernel import Worker, bump_and_save, lock_case, record_event
-from cases.models import TERMINAL_STATUSES, Case, EvidenceReference, Status
+from cases.models import TERMINAL_STATUSES, Case, CustomerAccount, EvidenceReference, Status
 from cases.retries import INBOUND
 from cases.scheduling import enqueue_on_commit
 from cases.services import evidence_add
@@ -190,7 +191,7 @@ def inbound_event_process(*, event_id: str, client: OrderSystemClient | None = N
                 return Processing.PROCESSED
             outcome = _apply_event(event, account)
             if account is not None:
-                event.account_reference = account
+                _set_account(event, account)
             event.processing = Processing.PROCESSED
             event.attempts += 1
             event.processed_at = timezone.now()
@@ -206,6 +207,7 @@ def inbound_event_process(*, event_id: str, client: OrderSystemClient | None = N
                     "last_error",
                     "outcome",
                     "account_reference",
+                    "account",
                 ]
             )
             return Processing.PROCESSED
@@ -228,7 +230,7 @@ def _record_failure(event_id: str, exc: Exception, account: str | None = None) -
         if event.processing == Processing.PROCESSED:  # another run finished it meanwhile
             return Processing.PROCESSED
         if account is not None:
-            event.account_reference = account
+            _set_account(event, account)
         event.attempts += 1
         event.processing = Processing.FAILED
         event.last_error = f"{type(exc).__name__}: {exc}"[:2000]
@@ -252,9 +254,19 @@ def _record_failure(event_id: str, exc: Exception, account: str | None = None) -
                 "next_attempt_at",
                 "outcome",
                 "account_reference",
+                "account",
             ]
         )
         return Processing.FAILED
+
+
+def _set_account(event: InboundEvent, reference: str) -> None:
+    """The reported account reference, and our account of it (none when we have no such
+    account): who may see the event is decided by the account (``inbound_events_for``)."""
+    event.account_reference = reference
+    event.account_id = (
+        CustomerAccount.objects.filter(reference=reference).values_list("pk", flat=True).first()
+    )
 
 
 def _apply_event(event: InboundEvent, account: str | None) -> str:

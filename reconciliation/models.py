@@ -204,8 +204,8 @@ class InboundEvent(models.Model):
     )
     last_received_at = models.DateTimeField(default=timezone.now)
     processing = models.CharField(
-        max_length=20, choices=Processing.choices, default=Processing.PENDING, db_index=True
-    )
+        max_length=20, choices=Processing.choices, default=Processing.PENDING
+    )  # indexed by ``recon_inbound_processing`` and ``recon_inbound_due`` (Meta)
     attempts = models.PositiveIntegerField(default=0, help_text="Processing attempts so far.")
     last_error = models.TextField(blank=True)
     processed_at = models.DateTimeField(null=True, blank=True)
@@ -222,6 +222,21 @@ class InboundEvent(models.Model):
         help_text="The order's account as the order system reported it when the event was "
         "processed (never taken from the webhook); empty until then.",
     )
+    # Our account of that reference, found when the reference was stored: who may see the event
+    # (``inbound_events_for``) is decided by it, one index look per event. No constraint and no
+    # index of its own: nothing reads events by account, and an account is removed only when
+    # no case refers to it, when an event of it is nobody's to see anyway.
+    account = models.ForeignKey(
+        "cases.CustomerAccount",
+        null=True,
+        blank=True,
+        editable=False,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="+",
+        help_text="Our account that the reported account reference named when it was stored.",
+    )
 
     class Meta:
         ordering = ["-received_at", "-id"]
@@ -230,6 +245,10 @@ class InboundEvent(models.Model):
             # The inbound events page: its order (newest first), and its search field by
             # field (``cases.admin.search``) through each field's trigram index.
             models.Index(fields=["received_at", "id"], name="recon_inbound_received"),
+            # The page filtered by processing (failed, pending), newest first (0011).
+            models.Index(
+                fields=["processing", "received_at", "id"], name="recon_inbound_processing"
+            ),
             GinIndex(
                 OpClass(Upper("event_id"), name="gin_trgm_ops"), name="recon_inbound_event_trgm"
             ),

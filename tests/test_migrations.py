@@ -190,6 +190,17 @@ def test_lock_rule_flags_each_kind_of_long_lock():
         "a small table is not flagged"
     )
 
+    # A foreign key's own index (cases 0016 drops the account's): turning it on builds it.
+    def account(*, db_index: bool) -> models.ForeignKey:
+        return models.ForeignKey(
+            "cases.customeraccount", models.PROTECT, related_name="cases", db_index=db_index
+        )
+
+    assert _lint(ops.AlterField("case", "account", account(db_index=True))) == {
+        ("add-index", "cases_case")
+    }
+    assert not _lint(ops.AlterField("case", "account", account(db_index=False)), atomic=False)
+
 
 @pytest.mark.postgres_only
 def test_plain_create_index_blocks_inserts_and_concurrently_does_not():

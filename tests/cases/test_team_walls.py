@@ -192,6 +192,7 @@ def test_inbound_event_reaches_only_open_cases_of_the_orders_account(
 
     event = InboundEvent.objects.get(event_id="evt-1")
     assert event.account_reference == "ACC-100"
+    assert event.account == own.account  # ours of that reference: who may see the event
     assert EvidenceReference.objects.filter(case=own, external_reference="event:evt-1").exists()
     assert not EvidenceReference.objects.filter(case=intruder).exists()
     assert reload(intruder).version == intruder_version
@@ -226,6 +227,7 @@ def test_inbound_event_whose_order_cannot_be_read_fails_and_changes_nothing(
 
     event = InboundEvent.objects.get(event_id="evt-1")
     assert (event.processing, event.attempts, event.account_reference) == ("failed", 1, "")
+    assert event.account is None
     assert event.next_attempt_at is not None
     assert not EvidenceReference.objects.filter(case__in=[own, intruder]).exists()
     assert (reload(own).version, reload(intruder).version) == versions

@@ -136,6 +136,11 @@ def _pg_connection():
 
 
 def _db_type(field, pg) -> str | None:
+    if field.is_relation and field.many_to_one:
+        # A migration's foreign key is not bound to a model (its type is its target's key):
+        # the same target is the same type.
+        target = field.remote_field.model
+        return f"fk {target if isinstance(target, str) else target._meta.label}".lower()
     return field.db_parameters(connection=pg)["type"]
 
 
@@ -151,7 +156,7 @@ def _widening(old: str | None, new: str | None) -> bool:
 
 
 def _indexed(field) -> bool:
-    return bool(field.db_index or field.unique or (field.is_relation and field.many_to_one))
+    return bool(field.db_index or field.unique)  # a foreign key's db_index is True by default
 
 
 def lint_migration(migration, state, pg) -> list[Finding]:
