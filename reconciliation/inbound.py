@@ -345,13 +345,14 @@ def _apply_to_case(case_id: int, event: InboundEvent, actor: Worker) -> str:
         consequence = "the open proposal and any approval are checked against it"
     else:
         consequence = "the next source check reads it"
+    known_text = "none" if known is None else str(known)
     bump_and_save(case, [])
     record_event(
         case=case,
         action=Action.ORDER_EVENT_RECORDED,
         actor=actor,
         reason=f"The order system reported order {event.order_id} at version {version} "
-        f"(known: {known if known is not None else 'none'}); {consequence}",
+        f"(known: {known_text}); {consequence}",
         detail={
             "event_id": event.event_id,
             "order_version": version,
@@ -363,10 +364,10 @@ def _apply_to_case(case_id: int, event: InboundEvent, actor: Worker) -> str:
         case=case, order_version=version, actor=actor, via=f"event {event.event_id}"
     ):
         return (
-            f"{label}: newer version {version} (known {known}) recorded; the open proposal and "
-            "approval were invalidated and the case waits for the order source."
+            f"{label}: newer version {version} (known: {known_text}) recorded; the open proposal "
+            "and approval were invalidated and the case waits for the order source."
         )
-    return f"{label}: newer version {version} (known {known}) recorded; {consequence}."
+    return f"{label}: newer version {version} (known: {known_text}) recorded; {consequence}."
 
 
 # --- retries -----------------------------------------------------------------------------------

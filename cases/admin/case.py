@@ -326,11 +326,11 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         return case_form.view(self, request, views.scoped_case(self, request, pk))
 
 
-def _breakable(code: str) -> str:
-    """``code`` (escaped) with a line-break opportunity after each dot, underscore and colon,
-    so that ``reconciliation.manual_settlement_needed`` or ``proposer:vm:23017`` wraps at its
-    parts, not inside them."""
-    parts = re.split(r"(?<=[._:])", code)
+def breakable(code: str, *, at: str = "._:") -> str:
+    """``code`` (escaped) with a line-break opportunity after each of the characters ``at``
+    (dots, underscores and colons), so that ``reconciliation.manual_settlement_needed`` or
+    ``proposer:vm:23017`` wraps at its parts, not inside them."""
+    parts = re.split(f"(?<=[{re.escape(at)}])", code)
     return format_html_join(mark_safe("<wbr>"), "{}", ((part,) for part in parts))  # noqa: S308
 
 
@@ -356,11 +356,11 @@ class CaseEventAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmi
     @admin.display(description="Action", ordering="action")
     def action_code(self, obj: CaseEvent) -> str:
         """The code, breakable after its dots and underscores (``cases.<wbr>case.<wbr>…``)."""
-        return _breakable(obj.action)
+        return breakable(obj.action)
 
     @admin.display(description="Actor", ordering="actor_label")
     def acted_by(self, obj: CaseEvent) -> str:
-        return _breakable(obj.actor_label)
+        return breakable(obj.actor_label)
 
     @admin.display(description="When", ordering="created_at")
     def when(self, obj: CaseEvent) -> str:
@@ -374,7 +374,7 @@ class CaseEventAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmi
             text = f"v{obj.version}" + (f": {obj.to_status}" if obj.to_status else "")
         else:
             text = f"v{obj.version}: {obj.from_status or '—'} → {obj.to_status or '—'}"
-        return _breakable(text)
+        return breakable(text)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
