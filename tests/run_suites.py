@@ -75,7 +75,16 @@ def run_suite(title: str, args: list[str], env: dict[str, str], extra: list[str]
     started = time.monotonic()
     with log_path.open("wb") as log:
         code = subprocess.call(
-            [sys.executable, "-m", "pytest", *args, f"--junitxml={junit}", *extra],
+            # The slowest tests end each suite's log: where to look when CI nears its budget.
+            [
+                sys.executable,
+                "-m",
+                "pytest",
+                *args,
+                f"--junitxml={junit}",
+                "--durations=15",
+                *extra,
+            ],
             cwd=ROOT,
             env={**os.environ, **env},
             stdout=log,
