@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db.models import Exists, OuterRef, QuerySet
 
-from cases.models import Case
-from cases.selectors import teams_for
+from cases.selectors import cases_for
 from reconciliation.models import AUTONOMY_MEANING, Autonomy, InboundEvent, OrderSystemProfile
 
 NEVER_PROBED = (
@@ -99,9 +98,7 @@ def inbound_events_for(user) -> QuerySet[InboundEvent]:
         return InboundEvent.objects.none()
     if user.is_superuser:
         return InboundEvent.objects.all()
-    own_cases = Case.objects.filter(
-        order_id=OuterRef("order_id"),
-        account_id=OuterRef("account_id"),
-        team__in=teams_for(user).values("pk"),
+    own_cases = cases_for(user).filter(
+        order_id=OuterRef("order_id"), account_id=OuterRef("account_id")
     )
     return InboundEvent.objects.filter(account__isnull=False).filter(Exists(own_cases))

@@ -155,9 +155,7 @@ def test_who_may_see_an_inbound_event_is_one_index_look(db, as_bench_lead):
     event = InboundEvent.objects.filter(account__team_id=lists.BENCH_TEAM_ID).first()
     assert event is not None
     one = inbound_events_for(lead).filter(pk=event.pk)
-    with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN " + str(one.query))
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+    plan = one.explain()
     case_reads = [line.strip() for line in plan.splitlines() if " on cases_case" in line]
     assert case_reads, plan
     assert all("Index Only Scan using case_order_idx" in line for line in case_reads), plan
