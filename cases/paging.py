@@ -104,6 +104,13 @@ class BoundedPageNumberPagination(PageNumberPagination):
 
     django_paginator_class = BoundedCountPaginator
 
+    def get_page_number(self, request: Any, paginator: Any) -> Any:
+        """The page asked for, as DRF reads it -- except that an empty ``page=`` is not read as
+        the first page: like ``page=x`` it is refused (404 "Invalid page"), as the schema's
+        ``integer`` says."""
+        raw = request.query_params.get(self.page_query_param)
+        return raw if raw == "" else super().get_page_number(request, paginator)
+
     def get_paginated_response(self, data: Any) -> Response:
         assert self.page is not None  # set by paginate_queryset before the response
         count = self.page.paginator.count
