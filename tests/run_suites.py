@@ -4,10 +4,8 @@
 system (``orders.settings``), each on SQLite and, when a server answers, on PostgreSQL
 (``TEST_DATABASE_URL``, default ``postgres://postgres@127.0.0.1:5432/holdfast``); and the
 browser suite (``tests/browser``) once, on PostgreSQL, or on SQLite when PostgreSQL does not
-answer. On PostgreSQL, Holdfast's longest files (``LONG_FILES``: the randomized schedules and the
-drills, real processes that mostly wait) are a suite of their own on a database of their own, and
-the suites run in three lanes side by side, each about the same length (see ``main``);
-``SUITES_SEQUENTIAL=1`` runs them one by one. Each suite is printed whole when it ends. With
+answer. The suites run in two lanes side by side (Holdfast on PostgreSQL alone in one, the rest
+in the other; ``SUITES_SEQUENTIAL=1`` runs them one by one), each printed whole when it ends. With
 ``REQUIRE_POSTGRES=1`` an unreachable PostgreSQL fails the run instead of skipping it.
 Extra arguments are passed to every pytest invocation (e.g. ``-k claim -x``).
 """
@@ -33,12 +31,6 @@ BROWSER_IGNORE = f"--ignore={BROWSER}"
 # loading its plugin (about 2 s each).
 NO_SCHEMATHESIS = ["-p", "no:schemathesis"]
 ORDERS = [*NO_SCHEMATHESIS, "--ds=orders.settings", "tests/orders"]
-# Holdfast's files that take a third of its PostgreSQL suite (``--durations`` at the end of its
-# log): 200 randomized fault schedules and every drill, each against real worker and order
-# system processes, waiting on them more than using a core. On PostgreSQL they run as a suite of
-# their own in another lane; on SQLite they stay in Holdfast's suite (the schedules are
-# PostgreSQL-only, the rest is short).
-LONG_FILES = ["tests/reconciliation/test_simulation.py", "tests/reconciliation/test_drills.py"]
 
 
 def postgres_url() -> str:
@@ -136,8 +128,9 @@ _print_lock = threading.Lock()
 
 
 def run_lanes(lanes: list[list[tuple]], extra: list[str]) -> list[dict]:
-    """Run each lane's suites one after another, the lanes side by side. Every suite has its
-    own databases, so lanes never share a test database."""
+    """Run each lane's suites one after another, the lanes side by side (one per core): the
+    longest suite, Holdfast on PostgreSQL, has a lane of its own. Every suite has its own
+    databases, so lanes never share a test database."""
     results: dict[str, dict] = {}
 
     def run_lane(lane):
@@ -151,11 +144,6 @@ def run_lanes(lanes: list[list[tuple]], extra: list[str]) -> list[dict]:
         thread.join()
     order = [title for lane in lanes for title, _, _ in lane]
     return [results[title] for title in order]
-
-
-def _own_database(env: dict[str, str], url: str) -> dict[str, str]:
-    """``env`` with Holdfast on the database at ``url`` (its test database is derived from it)."""
-    return {**env, "DATABASE_URL": url, "TEST_DATABASE_URL": url}
 
 
 def main(extra: list[str]) -> int:
@@ -181,21 +169,16 @@ def main(extra: list[str]) -> int:
             "ORDERS_DATABASE_URL": with_database(pg, "holdfast_orders"),
             "DJANGO_ENV": "test",
         }
-        # Suites that run beside the Holdfast suite have databases of their own.
-        browser_env = _own_database(pg_env, with_database(pg, "holdfast_browser"))
-        long_env = _own_database(pg_env, with_database(pg, "holdfast_long"))
-        skip_long = [f"--ignore={path}" for path in LONG_FILES]
-        # Three lanes of about the same length (measured on a clean checkout: 12, 11 and 8 min
-        # alone). The suites wait on processes, sleeps and fsyncs more than they use a core: two
-        # lanes left the machine's two cores idle for a third of the run.
+        # The browser suite runs beside the Holdfast suite: its own database.
+        browser_env = {**pg_env, "DATABASE_URL": with_database(pg, "holdfast_browser")}
+        browser_env["TEST_DATABASE_URL"] = browser_env["DATABASE_URL"]
         lanes = [
-            [("Holdfast suite on PostgreSQL", ["tests", BROWSER_IGNORE, *skip_long], pg_env)],
+            [("Holdfast suite on PostgreSQL", ["tests", BROWSER_IGNORE], pg_env)],
             [
                 *plans,
                 ("Order system suite on PostgreSQL", ORDERS, pg_env),
-                ("Holdfast long files on PostgreSQL", LONG_FILES, long_env),
+                ("Browser suite on PostgreSQL", [*NO_SCHEMATHESIS, BROWSER], browser_env),
             ],
-            [("Browser suite on PostgreSQL", [*NO_SCHEMATHESIS, BROWSER], browser_env)],
         ]
     else:
         print(f"PostgreSQL at {pg} does not answer: {why}", flush=True)
