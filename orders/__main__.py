@@ -1,7 +1,8 @@
 """``python -m orders <command>``: any management command with the order system's settings.
 
 ``python -m orders serve [--host H] [--port P] [--no-migrate]`` runs the service;
-``python -m orders seed_demo`` loads the demo data.
+``python -m orders seed_demo`` loads the demo data; ``python -m orders seed_data FILE`` upserts
+accounts, orders and slots from a JSON document.
 """
 
 import os

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from datetime import timedelta
 
 import pytest
@@ -46,3 +47,41 @@ def test_deliver_events_command_runs_one_pass(client, settings):
     assert out.getvalue().strip() == "Delivered 1, failed 0."
     assert OutboxEvent.objects.get().delivered_at is not None
     assert len(receiver.received) == 1
+
+
+@pytest.mark.django_db
+def test_seed_data_upserts_a_document_without_the_testing_endpoints(tmp_path, settings):
+    settings.ORDERS_FAULTS_ENABLED = False  # as deployed: /_testing/seed answers 404
+    document = tmp_path / "seed.json"
+    document.write_text(
+        '{"accounts": [{"account_id": "ACC-9", "name": "Nine"}],'
+        ' "orders": [{"order_id": "ORD-9", "account_id": "ACC-9", "delivery_date": "2026-12-20"}],'
+        ' "slots": [{"date": "2026-12-24", "capacity": 3}]}'
+    )
+    out = io.StringIO()
+    call_command("seed_data", str(document), stdout=out)
+    call_command("seed_data", str(document), stdout=out)  # again: upserted, not duplicated
+
+    assert out.getvalue().splitlines()[-1] == "1 accounts, 1 orders, 1 slots."
+    order = Order.objects.get(pk="ORD-9")
+    assert (order.account_id, str(order.delivery_date), order.version) == ("ACC-9", "2026-12-20", 1)
+    assert Slot.objects.get().capacity == 3
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("not json", "Cannot read a JSON document"),
+        ('{"orders": [{"order_id": "ORD-9"}]}', "Cannot seed: KeyError('account_id')"),
+        ("[]", "Must be a JSON object."),
+    ],
+)
+def test_seed_data_refuses_a_bad_document_and_writes_nothing(tmp_path, text, message):
+    from django.core.management import CommandError
+
+    document = tmp_path / "seed.json"
+    document.write_text(text)
+    with pytest.raises(CommandError, match=re.escape(message)):
+        call_command("seed_data", str(document), stdout=io.StringIO())
+    assert not Order.objects.exists()

@@ -47,6 +47,7 @@ import datetime as dt
 import importlib
 import importlib.util
 import inspect
+import json
 import logging
 import os
 import re
@@ -76,6 +77,7 @@ from django.utils import timezone
 
 ROOT = Path(settings.BASE_DIR)
 NOOP = "reconciliation.bench_tasks.noop"
+BARE = "reconciliation.bench_tasks.bare_writes"
 APPLY = "reconciliation.tasks.apply_case"
 APPLY_DUE = "reconciliation.tasks.apply_due"
 LISTS = "reconciliation.benchmarks.lists"
@@ -606,6 +608,9 @@ class Command(BaseCommand):
             "cpu all": Series("ms"),
             "cpu noop": Series("ms"),
             "multi": Series("applies/s"),
+            "bare": Series("writes/s"),
+            "cpu bare order system": Series("ms"),
+            "cpu bare all": Series("ms"),
         }
         self.series = s
         self.others_active: dict[str, int] = {}
@@ -683,6 +688,11 @@ class Command(BaseCommand):
                 e2e_before, noop_before = len(s["e2e"].values), len(s["noop"].values)
                 if orders is not None and backlog is not None:
                     timed("end-to-end", s["e2e"], partial(self._e2e, orders, backlog, number, s))
+                    timed(
+                        "bare writes",
+                        s["bare"],
+                        partial(self._bare, orders, options["apply_cases"], number),
+                    )
                 # After the end-to-end run: the order system's backends flush meanwhile.
                 timed("no-op", s["noop"], partial(self._noop, options["noop_tasks"], number))
                 if len(s["e2e"].values) > e2e_before and len(s["noop"].values) > noop_before:
@@ -765,7 +775,8 @@ class Command(BaseCommand):
         )
         with connection.cursor() as cursor:
             cursor.execute(
-                "ANALYZE " + ", ".join(connection.ops.quote_name(m._meta.db_table) for m in models)
+                "VACUUM (ANALYZE) "
+                + ", ".join(connection.ops.quote_name(m._meta.db_table) for m in models)
             )
 
     def _quiet(self) -> None:
@@ -902,6 +913,22 @@ class Command(BaseCommand):
                 )
         else:
             w(f"end-to-end safe apply: not measured ({s['e2e'].skipped or 'no value'})")
+        if s["bare"].values:
+            # The order system's side of an apply alone: the end-to-end rate cannot pass it.
+            w(
+                f"bare writes ({WORKERS} bare_writes tasks, one per worker, sending the same "
+                "backlog's writes with nothing of Holdfast's around them) / django-q2 no-op: "
+                f"{s['bare'].text(1)} vs {s['noop'].text(1)} … {_ratio(s['bare'], s['noop'])}"
+            )
+            w(
+                f"end-to-end safe apply / bare writes: {s['e2e'].text(1)} vs "
+                f"{s['bare'].text(1)} … {_ratio(s['e2e'], s['bare'])}"
+            )
+            if s["cpu bare all"].values:
+                w(
+                    "  CPU per bare write: the order system and its PostgreSQL backends "
+                    f"{s['cpu bare order system'].text(2)}; {s['cpu bare all'].text(2)} in all"
+                )
         if s["multi"].values:
             w(
                 "multi-host (2 network namespaces, Redis broker) end-to-end / django-q2 no-op: "
@@ -1329,7 +1356,9 @@ class Command(BaseCommand):
         if profile.autonomy != "autonomous":
             raise Skip(f"the order system probe says {profile.autonomy}: {profile.autonomy_reason}")
 
-    def _approved_cases(self, orders: _OrderSystem, count: int, number: int) -> dict[int, str]:
+    def _approved_cases(
+        self, orders: _OrderSystem, count: int, number: int | str
+    ) -> dict[int, str]:
         """``count`` ready cases with an approved proposal on fresh orders of the live order
         system, written as rows (as ``_ready_cases``, and as intake → source check → prepare →
         approve leave them) with a real signed grant, so the real claim and apply accept them.
@@ -1519,6 +1548,53 @@ class Command(BaseCommand):
         self.cluster_enqueued.append(queued)
         return count / elapsed
 
+    def _bare(self, orders: _OrderSystem, count: int, number: int) -> float:
+        """The same backlog's writes sent by two ``bare_writes`` tasks (one per worker) of the
+        same cluster, with nothing of Holdfast's around them; every order changed once."""
+        from approvals.models import Approval
+
+        # Orders of their own (the round's end-to-end run changed its own already); the last
+        # run's counts at the order system are settled first.
+        made = self._approved_cases(orders, count, f"{number}b")
+        rows = Approval.objects.filter(proposal__case_id__in=list(made)).values_list(
+            "operation__key",
+            "operation__order_id",
+            "operation__delivery_date",
+            "grant",
+            "proposal__evidence_order_version",
+        )
+        writes = [
+            {
+                "operation_key": key,
+                "order_id": order_id,
+                "delivery_date": day.isoformat(),
+                "approval_grant": grant,
+                "expected_version": version,
+                "fencing_token": 1,  # a fresh order has seen none
+            }
+            for key, order_id, day, grant, version in rows
+        ]
+        versions_before = orders.versions(list(made.values()))
+        self._quiet()
+        with _qcluster(self.log_dir, f"bare-{number}", ORDER_SYSTEM_URL=orders.base_url) as process:
+            _warm(process)
+            cpu = CpuSplit.start(
+                sessions={"workers": process.pid, "order system": orders.process_session()},
+                databases={"its PostgreSQL": self.db_name, "the order system's": self.orders_db},
+            )
+            start = time.perf_counter()
+            tasks = _enqueue_many(BARE, [(writes[n::WORKERS],) for n in range(WORKERS)])
+            _wait_acked(tasks, 180, process)
+            elapsed = time.perf_counter() - start
+            if cpu is not None:
+                split = cpu.per_apply_ms(len(writes))
+                self.series["cpu bare order system"].add(
+                    split["order system"] + split["the order system's"]
+                )
+                self.series["cpu bare all"].add(sum(split.values()))
+        self._check_orders(orders, made, versions_before)
+        return len(writes) / elapsed
+
     def _orders_settle(self, *, wait: bool) -> None:
         """Read the order system's transactions of the last end-to-end run once its backends
         have flushed their statistics (an idle backend may hold them ``STATS_IDLE_FLUSH``)."""
@@ -1583,15 +1659,17 @@ class Command(BaseCommand):
 
 
 class _OrderSystem:
-    """``python -m orders serve`` on its own database (``<bench database>_orders``), test
-    endpoints on."""
+    """``python -m orders serve`` on its own database (``<bench database>_orders``), as deployed:
+    fault injection and the testing endpoints off (with them on, every request reads the fault
+    rules first: one more transaction a request at the order system). Its rows are seeded by
+    its own ``seed_data`` command."""
 
     def __init__(self, log_dir: Path, database: str) -> None:
         self.database = database
         self.log_path = log_dir / "order-system.log"
         self.base_url = ""
         self.process: subprocess.Popen[bytes] | None = None
-        self.client: httpx.Client | None = None
+        self.env: dict[str, str] = {}
 
     def start(self) -> _OrderSystem:
         _recreate_database(self.database)
@@ -1599,7 +1677,7 @@ class _OrderSystem:
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "orders.settings",
             "ORDERS_DATABASE_URL": _database_url(self.database),
-            "ORDERS_FAULTS_ENABLED": "1",  # /_testing/seed
+            "ORDERS_FAULTS_ENABLED": "0",
             # As deployed: without Django's debug query log (on by default in development).
             "ORDERS_DEBUG": "0",
             "APPROVAL_GRANT_KEY": settings.APPROVAL_GRANT_KEY,
@@ -1608,6 +1686,7 @@ class _OrderSystem:
             "ORDERS_WEBHOOK_URL": "",
             "PYTHONUNBUFFERED": "1",
         }
+        self.env = env
         with self.log_path.open("wb") as log:
             self.process = subprocess.Popen(  # noqa: S603 - our own interpreter
                 [sys.executable, "-m", "orders", "serve", "--host", "127.0.0.1", "--port", "0"],
@@ -1622,11 +1701,6 @@ class _OrderSystem:
             output = self.log_path.read_text(errors="replace")
             if match := _READY.search(output):
                 self.base_url = match.group(1)
-                self.client = httpx.Client(
-                    base_url=self.base_url,
-                    timeout=10,
-                    headers={"Authorization": f"Bearer {settings.ORDER_SYSTEM_TOKEN}"},
-                )
                 return self
             if self.process.poll() is not None:
                 raise RuntimeError(f"the order system exited: {output[-500:]}")
@@ -1640,10 +1714,20 @@ class _OrderSystem:
         return self.process.pid
 
     def seed(self, **body: list[dict[str, Any]]) -> None:
-        if self.client is None:
+        """Upsert rows through the order system's ``seed_data`` command, on its database."""
+        if self.process is None:
             raise RuntimeError("the order system is not running")
         payload = {key: body.get(key, []) for key in ("accounts", "orders", "slots")}
-        self.client.post("/_testing/seed", json=payload).raise_for_status()
+        done = subprocess.run(  # noqa: S603 - our own interpreter
+            [sys.executable, "-m", "orders", "seed_data", "-"],
+            cwd=ROOT,
+            env=self.env,
+            input=json.dumps(payload).encode(),
+            capture_output=True,
+            check=False,
+        )
+        if done.returncode:
+            raise RuntimeError(f"seeding the order system failed: {done.stderr.decode()[-500:]}")
 
     def versions(self, order_ids: list[str]) -> dict[str, tuple[int, int]]:
         """(version, applied operations) per order, from the order system's own database."""
@@ -1661,9 +1745,6 @@ class _OrderSystem:
         return found
 
     def stop(self) -> None:
-        if self.client is not None:
-            self.client.close()
-            self.client = None
         if self.process is not None:
             _stop(self.process)
             self.process = None
