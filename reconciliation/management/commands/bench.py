@@ -20,10 +20,13 @@ each comparison ends with the ratio of the medians.
 - Holdfast's claims, sequentially on N ready cases: ``case_claim`` by id, and (when it exists)
   ``claim_next_due``, the claim a worker makes of the next due case. Queries per claim
   (``CaptureQueriesContext``) and commits per claim (``pg_stat_database.xact_commit``, minus the
-  reading's own). Every seeding is followed by ``ANALYZE`` of the tables it wrote: autovacuum is
-  off on this machine's PostgreSQL, and without statistics the claim's approval lookup is
-  planned as a walk over every live approval, which grows by the cases of every round (the
-  claim rate then fell round after round: 84 → 30 → 18 claims/s).
+  reading's own). Every seeding is followed by ``VACUUM (ANALYZE)`` of the tables it wrote, what
+  a served database's autovacuum does (it is off on this machine's PostgreSQL): without
+  statistics the claim's approval lookup is planned as a walk over every live approval, which
+  grows by the cases of every round (the claim rate then fell round after round: 84 → 30 → 18
+  claims/s); without the vacuum the claims and every update between rounds leave dead row
+  versions in the cases' indexes that each next-due pick steps over (227 → 206 → 176 next-due
+  claims/s over three rounds).
 - django-q2: N no-op tasks (``reconciliation.bench_tasks.noop``) through the ORM broker, run by a
   real ``qcluster`` subprocess with ``Q_WORKERS=2`` (plus the sweeper's worker), in every round.
 - End-to-end safe apply: N approved cases applied by a real ``qcluster`` of the same
@@ -747,8 +750,9 @@ class Command(BaseCommand):
     # --- the database between measurements ------------------------------------------------
 
     def _analyze(self) -> None:
-        """Fresh planner statistics for the tables the bench writes (autovacuum is off here:
-        without them the claim's approval lookup walks every live approval)."""
+        """What autovacuum would do for the tables the bench writes (it is off here): fresh
+        planner statistics (without them the claim's approval lookup walks every live approval)
+        and no dead row versions left in their indexes by earlier rounds."""
         from django_q.models import OrmQ
 
         from approvals.models import Approval, Operation, Proposal
