@@ -643,8 +643,8 @@ def ending_for(exc: OrderSystemError) -> Ending:
             return EndedApprovalExpired(text)
         case _:
             # Definite refusals that need a person: invalid input, a full slot, a grant the
-            # receiver does not accept, revoked permission, a reused key, an unknown order.
-            # Repeating them changes nothing.
+            # receiver does not accept, revoked permission, a reused key, an unknown order, a
+            # credential the order system refuses. Repeating them changes nothing.
             return EndedNeedsAttention(text, refusal=exc.error)
 
 

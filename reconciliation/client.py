@@ -31,7 +31,8 @@ repeat a write whose effect is unknown.
 - an unparseable body, an unexpected status or error code: for a write → ``EffectUnknown``; for
   a read → ``ProtocolViolation``.
 
-Definite refusals (``409``, ``403``, ``422``, ``404`` with a known code) map to their own errors.
+Definite refusals (``409``, ``403``, ``422``, ``404`` with a known code, and the order system's
+own ``401 unauthorized`` for a credential it does not accept) map to their own errors.
 A ``404`` without the contract's error code (a wrong base URL, a proxy page) is never read as
 "unknown order/operation": it is a protocol violation.
 """
@@ -54,6 +55,7 @@ from reconciliation.exceptions import (
     CONFLICT_KINDS,
     ApprovalRefused,
     Conflict,
+    CredentialRefused,
     EffectUnknown,
     InvalidInput,
     KeyReused,
@@ -283,6 +285,8 @@ def _definite_error(status: int, code: str, detail: str, body: Mapping[str, Any]
         return UnknownOrder(code, detail, status=status)
     if status == 404 and code == "unknown_operation":
         return UnknownOperation(code, detail, status=status)
+    if status == 401 and code == "unauthorized":
+        return CredentialRefused(code, detail, status=status)
     return None
 
 

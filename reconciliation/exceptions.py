@@ -134,6 +134,16 @@ class UnknownOperation(OrderSystemError):
     default_error = "unknown_operation"
 
 
+class CredentialRefused(OrderSystemError):
+    """The order system refused Holdfast's credential (``401 unauthorized``): it checks the
+    credential before anything else, so nothing was applied, and every call fails the same way
+    until a person sets the right ``ORDER_SYSTEM_TOKEN``. A bare 401 without that code (from
+    something in front of the order system) is not this: for a write it stays
+    ``EffectUnknown``."""
+
+    default_error = "unauthorized"
+
+
 class ProtocolViolation(OrderSystemError):
     """A read got an answer that does not follow the contract (unparseable body, unexpected
     status or error code). Writes never raise this: for them such an answer is ``EffectUnknown``.

@@ -145,6 +145,27 @@ def test_revoked_access_at_the_receiver_stops_and_tells_the_owner(approved_case,
     assert "permission_revoked" in case.last_error
 
 
+def test_a_refused_credential_needs_a_person_and_is_not_held_as_unknown(
+    approved_case, live_orders, settings
+):
+    """The order system answers ``401 unauthorized`` before it reads the request: nothing was
+    applied. The case says so and waits on its owner (a held case would be "reconciled" by a
+    fence and a lookup that the same credential cannot make either)."""
+    case = approved_case()
+    settings.ORDER_SYSTEM_TOKEN = "rotated-" * 5  # the order system's was changed
+
+    assert apply_case(case_id=case.pk) == "needs_attention"
+
+    case.refresh_from_db()
+    assert (case.status, case.waiting_on) == ("needs_attention", "owner")
+    assert "unauthorized" in case.last_error
+    assert _applied_ops(live_orders) == []
+    assert live_orders.state("ORD-7731")["order"]["version"] == 1
+    attempt = Attempt.objects.get(case=case)
+    assert attempt.state == "failed"
+    assert not CaseEvent.objects.filter(case=case, to_status="held").exists()
+
+
 def test_claim_is_refused_when_the_order_system_is_not_autonomous(live_orders, make_case, approver):
     from approvals.models import Proposal
     from approvals.services import proposal_approve

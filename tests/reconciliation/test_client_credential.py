@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from reconciliation.client import OrderSystemClient
-from reconciliation.exceptions import ProtocolViolation
+from reconciliation.exceptions import CredentialRefused
 
 from .conftest import TIMEOUTS
 
@@ -49,8 +49,21 @@ def test_an_explicit_token_wins_and_an_empty_one_sends_none(settings):
 def test_the_order_system_refuses_a_client_with_the_wrong_token(order_system):
     with (
         OrderSystemClient(order_system.base_url, timeouts=TIMEOUTS, token="wrong" * 8) as client,
-        pytest.raises(ProtocolViolation) as refused,
+        pytest.raises(CredentialRefused) as refused,
     ):
         client.capabilities()
 
-    assert refused.value.status == 401
+    assert (refused.value.status, refused.value.error) == (401, "unauthorized")
+
+
+def test_a_bare_401_to_a_write_is_not_read_as_a_refusal():
+    """Only the order system's own ``401 unauthorized`` says nothing was applied; a 401 without
+    that code came from something else, after which the write may have gone on."""
+    from reconciliation.exceptions import EffectUnknown
+
+    bare = httpx.MockTransport(lambda request: httpx.Response(401, text="Unauthorized"))
+    with (
+        OrderSystemClient("http://orders.test", timeouts=TIMEOUTS, transport=bare) as client,
+        pytest.raises(EffectUnknown),
+    ):
+        client.fence("ORD-1", 3)
