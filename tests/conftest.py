@@ -32,6 +32,14 @@ else:
 
     connection_created.connect(_allow_test_flush, weak=False)
 
+    @pytest.fixture(autouse=True)
+    def _fast_password_hasher(settings):
+        """Fixture users get passwords, and PBKDF2's million rounds made creating the three of
+        a team half the time of the suite's live-order-system tests. MD5 hashes what is made
+        here; the configured hashers stay listed, so any hash still verifies."""
+        fast = "django.contrib.auth.hashers.MD5PasswordHasher"
+        settings.PASSWORD_HASHERS = [fast, *(h for h in settings.PASSWORD_HASHERS if h != fast)]
+
 
 def pytest_collection_modifyitems(config, items):
     if connection.vendor == "postgresql":

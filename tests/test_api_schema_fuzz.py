@@ -32,7 +32,6 @@ MAX_EXAMPLES = 25
 @pytest.fixture
 def demo_lead_token(db, settings):
     """The demo data (team Deliveries, case D-41) and an API token of its lead."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     call_command("load_demo", stdout=io.StringIO())
     lead = get_user_model().objects.get(username="lead", holdfast_teams__name="Deliveries")
     return Token.objects.get_or_create(user=lead)[0].key

@@ -23,11 +23,6 @@ CASES = "/api/cases/"
 HOOK = "/api/hooks/orders/"
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hasher(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def throttle_cache():
     """The throttle counters start and end empty, so no other test sees these requests."""

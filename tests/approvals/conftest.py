@@ -76,11 +76,7 @@ def read_order(case: Case, *, version: int = 1) -> Case:
 
 @pytest.fixture(autouse=True)
 def grant_key(settings) -> str:
-    """Holdfast signs with the key the reference order system verifies with.
-
-    (Users are created with a fast password hasher: PBKDF2 dominated the setup time.)
-    """
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    """Holdfast signs with the key the reference order system verifies with."""
     settings.APPROVAL_GRANT_KEY = DEFAULT_GRANT_KEY
     return DEFAULT_GRANT_KEY
 

@@ -228,13 +228,6 @@ def heading_version(page) -> int:
     return int(match.group(1))
 
 
-@pytest.fixture
-def fast_passwords(settings):
-    """A cheap password hash for the suite's users (requested before them): a login is the
-    same form and the same checks, without a second of key stretching each."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 # --- states built with the real services ------------------------------------------------------
 
 
@@ -338,7 +331,7 @@ def clear_messages(page) -> None:
 
 
 def test_every_case_page_action_for_every_role_takes_effect_or_is_refused_plainly(
-    fast_passwords, open_page, states, staff
+    open_page, states, staff
 ):
     started = time.monotonic()
     pages = {}
@@ -520,7 +513,7 @@ def away_form_people(page) -> list[str]:
 
 
 def test_every_other_page_for_every_role_offers_only_what_succeeds(
-    fast_passwords, open_page, states, staff, live_orders
+    open_page, states, staff, live_orders
 ):
     from approvals.models import Proposal
 

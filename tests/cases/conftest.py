@@ -13,12 +13,6 @@ from cases.models import Case, CaseEvent, CustomerAccount, StaffProfile
 from cases.services import case_intake
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hasher(settings):
-    """Fixture users get passwords; PBKDF2 would make every test spend most of its time there."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def api():
     """An API client authenticated as ``user`` (``force_authenticate``), anonymous for None."""

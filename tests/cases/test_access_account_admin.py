@@ -7,15 +7,9 @@ a team that never accepted them.
 
 from __future__ import annotations
 
-import pytest
 from django.urls import reverse
 
 from cases.models import CustomerAccount
-
-
-@pytest.fixture(autouse=True)
-def _fast_password_hasher(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def _change_url(account):

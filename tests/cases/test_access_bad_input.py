@@ -7,7 +7,6 @@ import hashlib
 import hmac
 import json
 
-import pytest
 from django.test import Client
 from django.urls import reverse
 
@@ -15,11 +14,6 @@ from cases.models import CaseEvent
 from reconciliation.models import InboundEvent
 
 SECRET = "review-webhook-secret"
-
-
-@pytest.fixture(autouse=True)
-def _fast_password_hasher(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def test_admin_case_button_with_a_non_numeric_version_is_refused_not_a_500(case, lead):

@@ -8,16 +8,10 @@ saw and asked for.
 
 from __future__ import annotations
 
-import pytest
 from django.test import Client
 from django.urls import reverse
 
 from cases.services import case_set_legal_hold
-
-
-@pytest.fixture(autouse=True)
-def _fast_password_hasher(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def test_stale_place_legal_hold_button_does_not_lift_a_hold_just_placed(case, lead, backup):

@@ -18,11 +18,6 @@ ADD = "admin:cases_staffprofile_add"
 AWAY = dt.date(2031, 1, 1)
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hasher(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def test_add_form_does_not_list_another_teams_people(client, lead, outsider):
     client.force_login(outsider)
 

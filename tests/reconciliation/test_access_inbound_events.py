@@ -15,11 +15,6 @@ from reconciliation.models import InboundEvent
 CHANGELIST = "admin:reconciliation_inboundevent_changelist"
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hasher(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def team_event(case):
     """An order event for the order of ``case`` (team Deliveries)."""

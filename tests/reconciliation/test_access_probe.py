@@ -13,11 +13,6 @@ from django.urls import reverse
 RUN_PROBE = "admin:reconciliation_ordersystemprofile_run_probe"
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hasher(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.mark.order_system
 def test_lead_of_another_team_cannot_probe_a_customers_order(client, live_orders, case, outsider):
     """``outsider`` leads another team; ORD-7731 is the order of ``case`` (team Deliveries)."""

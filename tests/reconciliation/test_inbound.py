@@ -40,7 +40,6 @@ TIMEOUTS = {"connect": 1.0, "read": 2.0, "write": 2.0, "pool": 1.0}
 def _holdfast_settings(settings):
     settings.ORDER_WEBHOOK_SECRET = DEFAULT_WEBHOOK_SECRET
     settings.APPROVAL_GRANT_KEY = DEFAULT_GRANT_KEY
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture(autouse=True)
