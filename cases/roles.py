@@ -102,12 +102,18 @@ def ensure_roles() -> None:
     if not Permission.objects.filter(codename="lead_case").exists():
         for app_config in apps.get_app_configs():
             create_permissions(app_config, verbosity=0)
+    names = {perm for perms in ROLE_PERMISSIONS.values() for perm in perms}
+    # One read of every permission the roles name (it was one read per permission and role).
+    found = {
+        f"{app_label}.{codename}": pk
+        for pk, app_label, codename in Permission.objects.filter(
+            content_type__app_label__in={name.split(".")[0] for name in names},
+            codename__in={name.split(".")[1] for name in names},
+        ).values_list("pk", "content_type__app_label", "codename")
+    }
+    missing = sorted(names - found.keys())
+    if missing:
+        raise Permission.DoesNotExist(f"Permissions the roles name do not exist: {missing}")
     for role, perms in ROLE_PERMISSIONS.items():
         group, _ = Group.objects.get_or_create(name=role)
-        wanted = []
-        for perm in perms:
-            app_label, codename = perm.split(".")
-            wanted.append(
-                Permission.objects.get(content_type__app_label=app_label, codename=codename)
-            )
-        group.permissions.add(*wanted)
+        group.permissions.add(*(found[perm] for perm in perms))
