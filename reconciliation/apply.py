@@ -970,7 +970,7 @@ class EndedLookupMismatch(Ending):
             worker,
             detail,
             error=self.text,
-            reason=f"Looked before writing: {self.text}. Nothing was sent",
+            reason=f"Looked before writing: {self.text.rstrip('.')}. Nothing was sent",
             waiting="The operation key shows another change: look",
         )
 
@@ -1042,8 +1042,9 @@ class EndedNeedsAttention(Ending):
             actor=worker,
             detail=detail,
             last_error=self.text,
-            reason=f"The order system refused {attempt.operation.key}: {self.text}. Repeating "
-            "it would change nothing; a person must correct the cause",
+            reason=f"The order system refused {attempt.operation.key}: "
+            f"{self.text.rstrip('.')}. Repeating it would change nothing; a person must correct "
+            "the cause",
             waiting=(WaitingOn.OWNER, f"Needs a person: {self.error}"),
             next_check_at=None,
         )

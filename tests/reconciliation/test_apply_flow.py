@@ -164,6 +164,11 @@ def test_a_refused_credential_needs_a_person_and_is_not_held_as_unknown(
     attempt = Attempt.objects.get(case=case)
     assert attempt.state == "failed"
     assert not CaseEvent.objects.filter(case=case, to_status="held").exists()
+    escalated = CaseEvent.objects.get(case=case, to_status="needs_attention")
+    assert escalated.reason.startswith(
+        f"The order system refused DATE-{case.number}-1: unauthorized: Send Authorization: "
+        "Bearer <ORDERS_API_TOKEN>. Repeating it"
+    ), escalated.reason
 
 
 def test_claim_is_refused_when_the_order_system_is_not_autonomous(live_orders, make_case, approver):

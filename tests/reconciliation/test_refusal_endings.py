@@ -21,6 +21,7 @@ from reconciliation.apply import (
 from reconciliation.exceptions import (
     ApprovalRefused,
     Conflict,
+    CredentialRefused,
     EffectUnknown,
     InvalidInput,
     KeyReused,
@@ -68,6 +69,7 @@ def test_each_error_class_ends_the_attempt_with_its_stored_outcome(exc, kind, co
         (UnknownOrder(), "unknown_order"),
         (UnknownOperation(), "unknown_operation"),
         (ProtocolViolation(), "protocol_violation"),
+        (CredentialRefused(), "unauthorized"),
         (OrderSystemError(), "order_system_error"),
     ],
 )
