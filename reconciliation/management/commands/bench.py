@@ -1003,6 +1003,13 @@ class Command(BaseCommand):
                 else s["e2e"].skipped or "no value"
             )
         )
+        ceiling = _ratio_value(s["bare"], s["noop"])
+        if ceiling is not None:
+            # The order system's side alone: no end-to-end rate on this machine passes it.
+            lines.append(
+                f"    its ceiling here: bare writes {ceiling:.2f}× the no-op; the safe apply "
+                f"reaches {_ratio(s['e2e'], s['bare'])} of that"
+            )
         use_next = bool(s["next"].values)
         claim, queries, commits = (
             (s["next"], s["next_queries"], s["next_commits"])
