@@ -6,8 +6,8 @@ system (``orders.settings``), each on SQLite and, when a server answers, on Post
 browser suite (``tests/browser``) once, on PostgreSQL, or on SQLite when PostgreSQL does not
 answer. The suites run in two lanes side by side (Holdfast on PostgreSQL alone in one, the rest
 -- with the drills, a PostgreSQL suite of their own -- in the other; ``SUITES_SEQUENTIAL=1`` runs
-them one by one), each printed whole when it ends. With
-``REQUIRE_POSTGRES=1`` an unreachable PostgreSQL fails the run instead of skipping it.
+them one by one), each printed whole when it ends. With ``REQUIRE_POSTGRES=1`` an unreachable
+PostgreSQL fails the run instead of skipping it.
 Extra arguments are passed to every pytest invocation (e.g. ``-k claim -x``).
 """
 

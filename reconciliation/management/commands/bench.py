@@ -31,12 +31,17 @@ each comparison ends with the ratio of the medians.
   real ``qcluster`` subprocess with ``Q_WORKERS=2`` (plus the sweeper's worker), in every round.
 - End-to-end safe apply: N approved cases applied by a real ``qcluster`` of the same
   configuration against the reference order system (``python -m orders serve``) on its own
-  database; every order checked to have changed exactly once by the order system's own records.
+  database, run as deployed (fault injection off); every order checked to have changed exactly
+  once by the order system's own records.
   Enqueued as two ``reconciliation.tasks.apply_due`` (one per worker) when that task exists,
   else one ``apply_case`` per case. Before the work, the warmed cluster's idle rate (broker
   polling, sweeper) is measured over a window and subtracted; the raw figure is printed too.
   Write transactions come from the server-wide transaction id counter (only writing
   transactions get one); the order system's from its own database's ``xact_commit``.
+- Bare writes: as many fresh approved cases' writes sent by two
+  ``reconciliation.bench_tasks.bare_writes`` tasks (one per worker) of the same cluster, with
+  nothing of Holdfast's around them (no claim, no record): the end-to-end rate's ceiling on the
+  machine, printed beside the end-to-end goal.
 - List pages (``reconciliation.benchmarks.lists``) and several worker hosts
   (``reconciliation.benchmarks.multihost``) when those modules are present.
 
