@@ -136,6 +136,10 @@ class ThreadingWSGIServer(socketserver.ThreadingMixIn, WSGIServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver listens with a backlog of 5: a burst of new connections past it (a cluster
+    # starting, several hosts behind one forwarder) has its handshakes dropped and retried a
+    # second or more later, which a client's read timeout then counts against the request.
+    request_queue_size = 128
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

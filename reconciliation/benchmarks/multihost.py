@@ -206,9 +206,31 @@ def wait_settled(
             stuck = dict(left.values_list("reference", "status")[:5])
             raise MultihostError(
                 f"{left.count()} of {len(case_ids)} cases not {'/'.join(statuses)} after "
-                f"{timeout:.0f}s: {stuck}"
+                f"{timeout:.0f}s: {stuck}\n{_trails(left[:3])}\n{_log_tails(hosts)}"
             )
         time.sleep(0.05)
+
+
+def _trails(cases: Iterable[Any]) -> str:
+    """What happened to ``cases``: each one's audit trail and attempts, for a failure message."""
+    lines = []
+    for case in cases:
+        lines.append(f"{case.reference} ({case.status}, next check {case.next_check_at}):")
+        for event in case.events.order_by("id"):
+            lines.append(
+                f"  {event.created_at:%H:%M:%S.%f} {event.actor_label}: {event.action} "
+                f"{event.from_status}->{event.to_status} {event.reason[:300]}"
+            )
+        for attempt in case.attempts.order_by("sequence"):
+            lines.append(
+                f"  attempt {attempt.reference} {attempt.worker} {attempt.state} "
+                f"claimed {attempt.claimed_at:%H:%M:%S.%f} lease {attempt.lease_expires_at}"
+            )
+    return "\n".join(lines)
+
+
+def _log_tails(hosts: list[Host], size: int = 3000) -> str:
+    return "\n".join(f"--- {host.hostname}:\n{host.output()[-size:]}" for host in hosts)
 
 
 def host_of(worker_label: str, hosts: list[Host]) -> str:

@@ -3,6 +3,7 @@ client's socket."""
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Iterator
 
@@ -118,3 +119,23 @@ def test_a_kept_alive_connection_survives_a_delay_after_commit_that_the_caller_w
     assert first.status_code == 422  # refused (no operation in the body), and still delayed
     assert first.elapsed.total_seconds() >= 0.3
     assert first_port == second_port
+
+
+def test_a_burst_of_new_connections_waits_in_the_listen_queue_not_in_a_retried_handshake():
+    """Connections the server has not accepted yet (its accepting thread busy or not scheduled)
+    wait in the listen queue. With socketserver's own backlog of 5 the sixth handshake was
+    dropped and retried by the client a second later: a write's read timeout counted that."""
+    server = make_server("127.0.0.1", 0, _app)  # nothing accepts while the burst comes
+    host, port = server.server_address[:2]
+    opened, refused = [], 0
+    try:
+        for _ in range(40):
+            try:
+                opened.append(socket.create_connection((host, port), timeout=0.5))
+            except TimeoutError:
+                refused += 1
+    finally:
+        for sock in opened:
+            sock.close()
+        server.server_close()
+    assert refused == 0, f"{refused} of 40 handshakes were not answered within 0.5 s"
