@@ -17,11 +17,14 @@ list (``REFERENCE_GAP``).
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import re
 from collections.abc import Callable
 
+from django.conf import settings
 from django.db.models import Max, Q
+from django.utils import timezone
 
 from approvals.models import Approval, Operation, Proposal
 from cases.attempts import attempt_set_state
@@ -123,6 +126,7 @@ def recover_after_restore(
     floors = advance_counters(client=client)  # first: the fences below use fresh tokens
     pending = suspects()
     progress(f"{len(pending)} case(s) with unconfirmed operations or unfinished attempts")
+    first_check = timezone.now() + dt.timedelta(seconds=settings.HOLD_FIRST_CHECK_SECONDS)
     held = 0
     for pk in pending:
         with case_step(pk, actor=worker) as case:
@@ -145,6 +149,10 @@ def recover_after_restore(
                     reason="Restored records may be older than the order system: reconcile "
                     "before any worker resumes",
                     waiting=(WaitingOn.OWNER, "Restored from backup: reconcile first"),
+                    # Settled below; should this recovery stop before it gets there, the
+                    # dispatcher reconciles the case like any held one (a ready case waiting
+                    # on a person had no next check, and would have stayed held unseen).
+                    next_check_at=first_check,
                 )
                 held += 1
     outcomes: dict[str, int] = {}

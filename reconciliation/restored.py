@@ -95,6 +95,10 @@ def restore_detected_from(identity: str | None, epoch: int | None) -> str:
         return ""
     seen = _read_epoch(identity)
     if seen is not None and epoch < seen:
+        # ``epoch`` was read before the file: this host's dispatcher may have advanced both in
+        # between (it writes the file only after the database). Behind only if it still is.
+        epoch = SystemMarker.objects.filter(name=MARKER).values_list("epoch", flat=True).first()
+    if seen is not None and epoch is not None and epoch < seen:
         return (
             f"the database epoch {epoch} is behind {seen}, the last this host saw: "
             "it was restored from an older backup"
@@ -168,9 +172,8 @@ def restore_detected_at_source(
     """
     if not force and not source_check_due():
         return ""
-    local = fencing_current()
     marker = SystemMarker.objects.filter(name=SOURCE_MARKER).first()
-    accounted = min(marker.epoch, local) if marker else 0
+    accounted = min(marker.epoch, fencing_current()) if marker else 0
     own_client = client is None
     client = client or OrderSystemClient.from_settings()
     try:
@@ -181,6 +184,10 @@ def restore_detected_at_source(
     finally:
         if own_client:
             client.close()
+    # Read after the answer: a worker may claim (a new token) and write while the order system
+    # is asked, and the answer then shows that token. Every token the answer shows was handed
+    # out before it came; a sequence read before the question would call that a restore.
+    local = fencing_current()
     if seen.max_token > local:
         return (
             f"the order system has seen fencing token {seen.max_token}, above this database's "

@@ -206,3 +206,34 @@ def test_a_recent_clean_check_costs_a_claim_no_call(approved_case, live_orders):
     assert restore_detected_at_source(client=Recording()) == ""
     assert asked == []
     assert case.pk
+
+
+def test_a_change_another_worker_makes_while_the_comparison_asks_is_not_a_restore(
+    approved_case, live_orders
+):
+    """The interleaving a multi-host run met in CI: this comparison read the sequence, then a
+    worker elsewhere claimed a case (a new token) and applied it, and only then did the order
+    system answer, showing that token. The token came from this database's sequence: it is no
+    restore. Taken for one, recovery held every open case and ended live workers' attempts."""
+    from reconciliation.client import OrderSystemClient
+
+    case = approved_case()
+    source_verified()
+    outcomes = []
+
+    class AnotherWorkerAppliesMeanwhile(OrderSystemClient):
+        def fences_seen(self, **kwargs):
+            if not outcomes:  # between this comparison's own steps, once
+                outcomes.append(apply_case(case_id=case.pk))
+            return super().fences_seen(**kwargs)
+
+    with AnotherWorkerAppliesMeanwhile.from_settings() as client:
+        why = restore_detected_at_source(client=client, force=True)
+
+    assert outcomes == ["done"]
+    applied = live_orders.state(ORDER)["operations"]
+    assert [op["status"] for op in applied] == ["applied"]
+    assert why == ""
+    case.refresh_from_db()
+    assert case.status == Status.DONE
+    assert not CaseEvent.objects.filter(detail__transition="hold_for_recovery").exists()

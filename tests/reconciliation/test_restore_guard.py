@@ -45,3 +45,25 @@ def test_a_queued_apply_task_does_not_resume_a_restored_database_before_recovery
             f"checked it against the source ({Attempt.objects.filter(case=case).count()} "
             f"attempt(s), {len(live_orders.state('ORD-7731')['operations'])} applied)"
         )
+
+
+@pytest.mark.django_db
+def test_an_epoch_read_just_before_this_host_s_dispatcher_advanced_it_is_no_restore(
+    settings, tmp_path
+):
+    """A claim reads the database's epoch with the case, then this host's file. When the
+    host's dispatcher advances both in between, the file is ahead of what the claim read: the
+    database did not go back in time, it moved on."""
+    from cases.models import SystemMarker
+    from reconciliation.restored import MARKER, restore_detected_from
+
+    settings.HOLDFAST_STATE_DIR = str(tmp_path / "host")
+    marker_advance()
+    read = SystemMarker.objects.get(name=MARKER)  # what the claim's statement saw
+
+    marker_advance()  # the sweeper's pass on this host, before the claim reads the file
+
+    assert restore_detected_from(read.identity, read.epoch) == ""
+    # A database really behind the file is still a restore.
+    SystemMarker.objects.filter(name=MARKER).update(epoch=read.epoch - 1)
+    assert "restored from an older backup" in restore_detected_from(read.identity, read.epoch)
