@@ -237,3 +237,64 @@ def test_a_change_another_worker_makes_while_the_comparison_asks_is_not_a_restor
     case.refresh_from_db()
     assert case.status == Status.DONE
     assert not CaseEvent.objects.filter(detail__transition="hold_for_recovery").exists()
+
+
+@pytest.mark.postgres_only
+def test_comparisons_racing_a_worker_that_applies_a_backlog_never_see_a_restore(
+    approved_case, live_orders, account
+):
+    """Real threads: one worker applies a backlog while another keeps comparing these records
+    with the order system, whose answer takes 50 ms (a loaded host, a slow link). Most answers
+    show tokens handed out after the comparison began (the contention, counted); none of them
+    is a restore."""
+    import threading
+
+    from reconciliation.client import OrderSystemClient
+    from tests.support.fixtures import days_ahead
+
+    orders = [f"ORD-RACE-{i}" for i in range(30)]
+    live_orders.seed(
+        orders=[
+            {"order_id": o, "account_id": account.reference, "delivery_date": str(days_ahead(3))}
+            for o in orders
+        ],
+        slots=[{"date": str(days_ahead(d)), "capacity": 100} for d in range(1, 29)],
+    )
+    cases = [approved_case(order_id=o) for o in orders]
+    source_verified()
+    live_orders.set_fault("latency", seconds=0.05, path_prefix="/fences/max", times=None)
+    answers: list[int] = []
+
+    class Recording(OrderSystemClient):
+        def fences_seen(self, **kwargs):
+            seen = super().fences_seen(**kwargs)
+            answers.append(seen.max_token)
+            return seen
+
+    outcomes, overlapped, restores = [], 0, []
+    done = threading.Event()
+
+    def apply_backlog():
+        try:
+            outcomes.extend(apply_case(case_id=case.pk) for case in cases)
+        finally:
+            done.set()
+            connections.close_all()
+
+    worker = threading.Thread(target=apply_backlog)
+    worker.start()
+    try:
+        with Recording.from_settings() as client:
+            while not done.is_set():
+                before = fencing_current()
+                why = restore_detected_at_source(client=client, force=True)
+                overlapped += answers[-1] > before
+                if why:
+                    restores.append(why)
+    finally:
+        worker.join(timeout=60)
+        live_orders.clear_faults()
+    assert outcomes == ["done"] * len(cases)
+    assert overlapped > 0, "no answer showed a newer token: the race was not exercised"
+    assert restores == [], f"{len(restores)} of {len(answers)} comparisons: {restores[0]}"
+    assert not CaseEvent.objects.filter(detail__transition="hold_for_recovery").exists()
