@@ -14,9 +14,8 @@ from cases.models import Case, CaseEvent, Status
 from reconciliation.apply import apply_case
 from reconciliation.dispatch import dispatch_due
 from reconciliation.settle import case_reconcile
-from tests.reconciliation.test_run_worker_process import Proc
 from tests.support.order_system import DEFAULT_GRANT_KEY
-from tests.support.proc_worker import wait_for
+from tests.support.proc_worker import Proc, wait_for
 
 pytestmark = [
     pytest.mark.order_system,

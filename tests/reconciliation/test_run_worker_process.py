@@ -5,15 +5,10 @@ database (a due ``next_check_at`` or an attempt's lease), never from the broker.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -21,7 +16,7 @@ from django.utils import timezone
 
 from cases.models import Attempt, Case, Status
 from tests.support.order_system import DEFAULT_GRANT_KEY
-from tests.support.proc_worker import REPO_ROOT, wait_for, worker_database_url
+from tests.support.proc_worker import Proc, wait_for
 
 pytestmark = [
     pytest.mark.order_system,
@@ -33,47 +28,6 @@ ORDER = "ORD-7731"
 LEASE = 3.0  # the apply (and shortest) lease: the sweep runs every LEASE / 2 s
 GRACE = 2.0  # a sweep pass plus process scheduling
 REDIS_TEST_DB = os.environ.get("HOLDFAST_TEST_REDIS_DB", "13")
-
-
-class Proc:
-    """``manage.py <args>`` as a child process with its output in a temporary file."""
-
-    def __init__(self, *args: str, env: dict[str, str]) -> None:
-        self.args = args
-        self.env = {
-            **os.environ,
-            "DATABASE_URL": worker_database_url(),
-            "DJANGO_ENV": "test",
-            "PYTHONUNBUFFERED": "1",
-            **env,
-        }
-        self._log = tempfile.NamedTemporaryFile(prefix="holdfast-proc-", suffix=".log")  # noqa: SIM115
-        self.process: subprocess.Popen | None = None
-
-    def output(self) -> str:
-        return Path(self._log.name).read_text(errors="replace")
-
-    def __enter__(self) -> Proc:
-        self.process = subprocess.Popen(  # noqa: S603 - our own interpreter and manage.py
-            [sys.executable, "manage.py", *self.args],
-            cwd=REPO_ROOT,
-            env=self.env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own group: the cluster's workers die with it
-        )
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)  # the main PID only (STACK-NOTES)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=5)
-        if self.process is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)  # no child outlives the test
-            self.process.wait(timeout=10)
-        self._log.close()
 
 
 def _env(live_orders, tmp_path, **extra: str) -> dict[str, str]:

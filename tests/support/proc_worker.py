@@ -112,3 +112,44 @@ def wait_for(condition, *, timeout: float, interval: float = 0.02, what: str = "
             return value
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Proc:
+    """``manage.py <args>`` as a child process with its output in a temporary file."""
+
+    def __init__(self, *args: str, env: dict[str, str]) -> None:
+        self.args = args
+        self.env = {
+            **os.environ,
+            "DATABASE_URL": worker_database_url(),
+            "DJANGO_ENV": "test",
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        }
+        self._log = tempfile.NamedTemporaryFile(prefix="holdfast-proc-", suffix=".log")  # noqa: SIM115
+        self.process: subprocess.Popen | None = None
+
+    def output(self) -> str:
+        return Path(self._log.name).read_text(errors="replace")
+
+    def __enter__(self) -> Proc:
+        self.process = subprocess.Popen(  # noqa: S603 - our own interpreter and manage.py
+            [sys.executable, "manage.py", *self.args],
+            cwd=REPO_ROOT,
+            env=self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own group: the cluster's workers die with it
+        )
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)  # the main PID only (STACK-NOTES)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=5)
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)  # no child outlives the test
+            self.process.wait(timeout=10)
+        self._log.close()
