@@ -37,18 +37,23 @@ def worker_database_url() -> str:
     return f"postgres://{auth}@{host}{port}/{quote(db['NAME'], safe='')}"
 
 
+def child_env(env: dict[str, str]) -> dict[str, str]:
+    """The environment of a Holdfast child process on this test's database, plus ``env``."""
+    return {
+        **os.environ,
+        "DATABASE_URL": worker_database_url(),
+        "DJANGO_ENV": "test",
+        "PYTHONUNBUFFERED": "1",
+        **env,
+    }
+
+
 class WorkerProcess:
     """``run_worker --apply <reference>`` with its output captured to a temporary file."""
 
     def __init__(self, reference: str, *, env: dict[str, str]) -> None:
         self.reference = reference
-        self.env = {
-            **os.environ,
-            "DATABASE_URL": worker_database_url(),
-            "DJANGO_ENV": "test",
-            "PYTHONUNBUFFERED": "1",
-            **env,
-        }
+        self.env = child_env(env)
         self._log = tempfile.NamedTemporaryFile(prefix="holdfast-worker-", suffix=".log")  # noqa: SIM115
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -119,13 +124,7 @@ class Proc:
 
     def __init__(self, *args: str, env: dict[str, str]) -> None:
         self.args = args
-        self.env = {
-            **os.environ,
-            "DATABASE_URL": worker_database_url(),
-            "DJANGO_ENV": "test",
-            "PYTHONUNBUFFERED": "1",
-            **env,
-        }
+        self.env = child_env(env)
         self._log = tempfile.NamedTemporaryFile(prefix="holdfast-proc-", suffix=".log")  # noqa: SIM115
         self.process: subprocess.Popen | None = None
 
