@@ -36,7 +36,7 @@ drill: install
 # commands/bench.py). DEBUG off: Django's query log would slow the measured paths.
 bench: install
 	DEBUG=0 DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/bench_holdfast} \
-		sh -c '$(PY) -m reconciliation.benchmarks.database "$$DATABASE_URL" && \
+		sh -c '$(PY) -m lab.bench.database "$$DATABASE_URL" && \
 		$(PY) manage.py migrate --no-input -v 0 && $(PY) manage.py bench $(BENCH_ARGS)'
 
 test: install browser
@@ -48,7 +48,7 @@ lint: install
 	$(PY) manage.py makemigrations --check --dry-run
 	DJANGO_SETTINGS_MODULE=orders.settings $(PY) -m django makemigrations orders --check --dry-run
 	$(VENV)/bin/lint-imports
-	$(PY) -m mypy cases approvals reconciliation config tests/support
+	$(PY) -m mypy cases approvals reconciliation config lab tests/support
 	$(PY) -m mypy --config-file orders/mypy.ini orders
 
 clean:

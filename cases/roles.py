@@ -63,7 +63,7 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
         "approvals.view_operation",
         "reconciliation.view_ordersystemprofile",
         "reconciliation.run_probe",
-        "reconciliation.view_drillrun",
+        "lab.view_drillrun",
     ],
     "approver": [
         "cases.view_case",

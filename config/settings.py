@@ -66,6 +66,9 @@ INSTALLED_APPS = [
     "cases",
     "approvals",
     "reconciliation",
+    # The tooling that proves the product (drills, bench, simulation); a production process
+    # loads none of its hooks (lab/apps.py).
+    "lab",
 ]
 
 MIDDLEWARE = [

@@ -24,7 +24,7 @@ urlpatterns = [
     path("admin/live/cases/<str:reference>/", live.case_live, name="live-case"),
     path("admin/live/queues/<str:name>/", live.queue_live, name="live-queue"),
     path("admin/", admin.site.urls),
-    path("api/hooks/orders/", include("reconciliation.hooks")),
+    path("api/hooks/orders/", include("reconciliation.webhooks")),
     path("api/", include(router.urls)),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

@@ -1,12 +1,9 @@
-"""The reference order system as a separate process, for tests that talk to it over HTTP.
+"""The reference order system as a separate process, steered over HTTP: the simulation's
+(``manage.py simulate``) and the tests' (``tests/support/order_system.py`` adds the pytest
+fixtures on top of this class).
 
-Holdfast's tests run with Holdfast's settings, which do not include the ``orders`` app, so this
-module imports only the standard library, httpx, psycopg and pytest -- never Django or
-``orders``. Register it with ``pytest_plugins = ["tests.support.order_system"]`` to get the
-fixtures:
-
-- ``order_system_process`` (session): one running order system, stopped at the end;
-- ``order_system`` (function): the same process after ``reset()`` (no rows, no faults).
+Holdfast's settings do not include the ``orders`` app, so this module imports only the standard
+library, httpx and psycopg -- never Django or ``orders``.
 
 Database: if ``TEST_DATABASE_URL`` or ``DATABASE_URL`` is a PostgreSQL URL, a fresh database
 ``holdfast_orders_test_<pid>_<n>`` is created on that server and dropped on ``stop()``;
@@ -32,18 +29,15 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
-import pytest
 
 __all__ = [
     "DEFAULT_API_TOKEN",
     "DEFAULT_GRANT_KEY",
     "DEFAULT_WEBHOOK_SECRET",
     "OrderSystemProcess",
-    "order_system",
-    "order_system_process",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_GRANT_KEY = "test-approval-grant-key"
 DEFAULT_WEBHOOK_SECRET = "test-webhook-secret"  # noqa: S105 - a test-only value
 # The same value Holdfast's settings give ORDER_SYSTEM_TOKEN under test (config/settings.py).
@@ -256,20 +250,3 @@ class OrderSystemProcess:
     def set_access(self, account_id: str, active: bool) -> dict:
         path = f"/_testing/accounts/{account_id}/access"
         return self._call("POST", path, json={"active": active})
-
-
-@pytest.fixture(scope="session")
-def order_system_process():
-    """One order system process for the session (SQLite, or PostgreSQL when configured)."""
-    process = OrderSystemProcess().start()
-    try:
-        yield process
-    finally:
-        process.stop()
-
-
-@pytest.fixture
-def order_system(order_system_process: OrderSystemProcess) -> OrderSystemProcess:
-    """The session's order system, emptied of rows and faults before the test."""
-    order_system_process.reset()
-    return order_system_process

@@ -17,7 +17,7 @@ first send of a fresh operation skips the look: nothing could have been sent, so
 round trip.
 
 Before claiming, the records are compared with the order system when nobody did so recently
-(``reconciliation.restored``): a restored database is recovered before any claim.
+(``reconciliation.restore_detection``): a restored database is recovered before any claim.
 
 Notifications carry a key per operation and step (``DATE-41-1:notify``, also the message's
 ``Message-ID``), recorded before sending. When the records show the notification may already
@@ -90,13 +90,13 @@ from reconciliation.exceptions import (
     Transient,
     UnknownOperation,
 )
-from reconciliation.restore import recover_after_restore
-from reconciliation.restored import (
+from reconciliation.failures import Words, literal, transient_failure_record
+from reconciliation.restore_detection import (
     RecoveryRequired,
     restore_detected_at_source,
     source_check_forget,
 )
-from reconciliation.retries import Words, literal, transient_failure_record
+from reconciliation.restore_recovery import recover_after_restore
 from reconciliation.settle import operation_confirm
 
 logger = logging.getLogger(__name__)
@@ -110,9 +110,9 @@ WORKER_RELATED = ("account",)
 # the order system answered, the answer not saved yet; ``after_confirm``: the answer and the
 # notification's start are saved, the email not sent yet -- or, with no address to send to,
 # the notification's step and the close are saved with the answer). Each observer is called
-# with the point's name; none is registered unless an upper layer registers one
-# (``ReconciliationConfig.ready`` registers the drills' stop point), so by default the points
-# do nothing.
+# with the point's name; none is registered unless a drill worker registers its stop point
+# (``lab.drills.step_points``, never in production) or a test adds one, so by default the
+# points do nothing.
 STEP_POINT_OBSERVERS: list[Callable[[str], None]] = []
 
 

@@ -173,11 +173,11 @@ def _claim_query(now: dt.datetime) -> QuerySet[Proposal]:
     the live approval, a pending cancellation, the autonomy of the order system, the chain's
     head and the attempt count, the restore markers and, on PostgreSQL, the next fencing token.
     Each guard here mirrors its service (``approvals.services.live_approval``, ``open_proposal``,
-    ``reconciliation.selectors.current_autonomy``, ``reconciliation.restored``); a claim these
-    refuse is refused again by the services, which say why."""
+    ``reconciliation.selectors.current_autonomy``, ``reconciliation.restore_detection``); a claim
+    these refuse is refused again by the services, which say why."""
     from approvals.models import Approval
     from reconciliation.models import OrderSystemProfile
-    from reconciliation.restored import MARKER, SOURCE_MARKER
+    from reconciliation.restore_detection import MARKER, SOURCE_MARKER
     from reconciliation.selectors import normalised_url
 
     live = Approval.objects.filter(
@@ -402,7 +402,7 @@ def _pg_next_claim_sql() -> str:
 
 
 def _claim_read_sql(now: dt.datetime, *, case_id: int | None, skip: set[int]) -> _ClaimRow | None:
-    from reconciliation.restored import MARKER, SOURCE_MARKER
+    from reconciliation.restore_detection import MARKER, SOURCE_MARKER
     from reconciliation.selectors import normalised_url
 
     params: dict[str, Any] = {
@@ -449,7 +449,7 @@ def _claim_read_sql(now: dt.datetime, *, case_id: int | None, skip: set[int]) ->
 def _claim_refusal(row: _ClaimRow, *, now: dt.datetime, version: int | None) -> ClaimRefused | None:
     """The guard the row read by :func:`_claim_query` fails, or None when the claim may go."""
     from reconciliation.models import Autonomy
-    from reconciliation.restored import RecoveryRequired, restore_detected_from
+    from reconciliation.restore_detection import RecoveryRequired, restore_detected_from
 
     case: Case = row.case
     why = restore_detected_from(row.marker_identity, row.marker_epoch)
@@ -479,7 +479,7 @@ def _claim_won(
     row: _ClaimRow, *, worker: Worker, kind: str, now: dt.datetime, source_checked: bool
 ) -> Claimed:
     """Write the won claim under the lock the read took: the case, its attempt, its event."""
-    from reconciliation.restored import source_check_due_from
+    from reconciliation.restore_detection import source_check_due_from
 
     case: Case = row.case
     operation = row.operation

@@ -1,4 +1,5 @@
-"""Was this database restored from a backup? Detection only; recovery is ``reconciliation.restore``.
+"""Was this database restored from a backup? Detection only; recovery is
+``reconciliation.restore_recovery``.
 
 A leaf: it imports nothing of the apply, settlement or claim modules, so each of them can ask
 before it acts (a claim calls ``restore_guard``; settlement, source checks, the dispatcher and

@@ -6,8 +6,9 @@ operation that may have been sent or approved, and every non-terminal attempt, i
 reconciled against the source (fence, then the consistent lookup) — nothing is re-applied because
 the restored records lack a confirmation.
 
-Detection (is this database restored?) is the leaf ``reconciliation.restored``; recovery builds
-on settlement (``reconciliation.settle``): each suspect case is reconciled as any held case is.
+Detection (is this database restored?) is the leaf ``reconciliation.restore_detection``; recovery
+builds on settlement (``reconciliation.settle``): each suspect case is reconciled as any held case
+is.
 
 Recovery advances the fencing sequence past every token the order system has seen, and the
 reference counters (case and approval numbers) past the highest rows and every reference the
@@ -34,7 +35,7 @@ from cases.kernel import Worker, apply_transition, case_step, record_fact
 from cases.models import OPEN_STATUSES, Attempt, Case, Status, WaitingOn
 from reconciliation.client import OrderSystemClient
 from reconciliation.exceptions import OrderSystemError
-from reconciliation.restored import (
+from reconciliation.restore_detection import (
     OPERATION_KEY,
     marker_advance,
     restore_detected_at_source,

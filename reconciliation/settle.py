@@ -9,7 +9,7 @@ be applied again by a new attempt, if the approval is still valid and nothing wa
 Anything less — a lagging search's "not found", an unreachable source, a failed fence — is not
 proof: the case stays held with its owner, the reason and a next check on a bounded backoff
 (the ``reconcile`` retry policy); after its limit it stays held, flagged for a person, with no
-automatic next check (``reconciliation.retries``).
+automatic next check (``reconciliation.failures``).
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from cases.services import evidence_add
 from reconciliation.client import OperationRecord, OrderSystemClient
 from reconciliation.complete import case_complete
 from reconciliation.exceptions import OrderSystemError, UnknownOperation
-from reconciliation.restored import restore_detected
-from reconciliation.retries import Words, transient_failure_record
+from reconciliation.failures import Words, transient_failure_record
+from reconciliation.restore_detection import restore_detected
 
 
 @dataclass(frozen=True)

@@ -178,3 +178,29 @@ def test_make_run_refuses_production(tmp_path):
     assert result.returncode == 2
     assert "development stack" in result.stderr
     assert not (tmp_path / "holdfast.sqlite3").exists()
+
+
+# What the apply step's named points call in a fresh process (``reconciliation.apply``).
+OBSERVERS = (
+    "import django; django.setup()\n"
+    "from reconciliation.apply import STEP_POINT_OBSERVERS as o\n"
+    "print([f'{f.__module__}.{f.__qualname__}' for f in o])\n"
+)
+DRILL_POINT = "lab.drills.step_points.drill_point"
+
+
+def test_production_registers_no_drill_step_point_even_when_a_drill_asks(tmp_path):
+    """The lab's stop point (a SIGSTOP at a named point of the apply) never loads in production,
+    whatever the environment says; only a drill worker outside production registers it."""
+    production = _run(_env("config.settings", tmp_path, HOLDFAST_DRILL="1"), "-c", OBSERVERS)
+    drill_worker = _run(
+        _env("config.settings", tmp_path, DJANGO_ENV="test", HOLDFAST_DRILL="1"), "-c", OBSERVERS
+    )
+    plain_worker = _run(
+        _env("config.settings", tmp_path, DJANGO_ENV="test", HOLDFAST_DRILL=None), "-c", OBSERVERS
+    )
+
+    assert production.returncode == 0, production.stderr
+    assert production.stdout.strip() == "[]"
+    assert drill_worker.stdout.strip() == repr([DRILL_POINT]), drill_worker.stderr
+    assert plain_worker.stdout.strip() == "[]", plain_worker.stderr

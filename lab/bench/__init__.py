@@ -1,4 +1,4 @@
-"""Measurements that ``make bench`` runs (``reconciliation.management.commands.bench``).
+"""Measurements that ``make bench`` runs (``lab.management.commands.bench``).
 
 Measurement only: nothing here changes how Holdfast works.
 """

@@ -1,4 +1,4 @@
-"""``python -m reconciliation.benchmarks.database URL``: create the benchmark's PostgreSQL
+"""``python -m lab.bench.database URL``: create the benchmark's PostgreSQL
 database when it does not exist yet (``make bench`` runs it before ``migrate``), and refuse a
 database whose name does not start with ``bench`` (the benchmark writes real rows)."""
 

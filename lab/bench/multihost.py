@@ -1,6 +1,6 @@
 """A backlog applied by django-q2 clusters on several worker hosts sharing the Redis broker.
 
-Each host is a network namespace with its own address (``reconciliation.benchmarks.netns``);
+Each host is a network namespace with its own address (``lab.bench.netns``);
 its ``qcluster`` reaches PostgreSQL, Redis and the order system through forwarders listening
 in the hosts' hub namespace. All hosts get one ``Q_CLUSTER_NAME`` (``config.settings``:
 django-q2's cluster name, which names the Redis list ``django_q:<name>:q`` and its stats and
@@ -32,7 +32,7 @@ from urllib.parse import quote
 from django.conf import settings
 from django.db import connection
 
-from reconciliation.benchmarks.netns import (
+from lab.bench.netns import (
     ROOT,
     Host,
     HostsUnavailable,

@@ -4,14 +4,14 @@ DRILL-ONLY. Nothing else may call this: ``case_rows_restore`` deletes audit even
 product never does. It exists so ``restore_older_backup`` can put one drill case back to an
 older state without rolling back the whole database the deployment is using.
 
-The backup holds every row of the case: the case, its events, evidence, cancellations,
-attempts, operations, proposals (and their authors) and approvals (Django's JSON serializer),
-plus the source-check marker (``reconciliation.restored.SOURCE_MARKER``) as it stood, because a
-real backup carries that marker too. The restore deletes the case's rows that are newer than
-the backup and writes the older ones back. Events are append-only: the rows the backup holds
-are the same rows still there (never rewritten), and the newer ones are cut from the end of
-the case's chain. On PostgreSQL the audit trigger allows that only to a role that can act as
-the table's owner, with ``SET LOCAL holdfast.maintenance = 'on'`` in the same transaction (see
+The backup holds every row of the case: the case, its events, evidence, cancellations, attempts,
+operations, proposals (and their authors) and approvals (Django's JSON serializer), plus the
+source-check marker (``reconciliation.restore_detection.SOURCE_MARKER``) as it stood, because a
+real backup carries that marker too. The restore deletes the case's rows that are newer than the
+backup and writes the older ones back. Events are append-only: the rows the backup holds are the
+same rows still there (never rewritten), and the newer ones are cut from the end of the case's
+chain. On PostgreSQL the audit trigger allows that only to a role that can act as the table's
+owner, with ``SET LOCAL holdfast.maintenance = 'on'`` in the same transaction (see
 ``cases/migrations/0010_caseevent_hash_chain.py``); on SQLite the deletes simply run.
 
 What the restore does not put back: the fencing sequence, the counters and the database epoch
@@ -87,7 +87,7 @@ def _querysets(case_id: int) -> dict[type[models.Model], QuerySet[Any]]:
 
 def case_rows_backup(case: Case) -> CaseBackup:
     """Every row of ``case`` as it stands now (one read transaction)."""
-    from reconciliation.restored import SOURCE_MARKER
+    from reconciliation.restore_detection import SOURCE_MARKER
 
     with transaction.atomic():
         querysets = _querysets(case.pk)
@@ -124,7 +124,7 @@ def case_rows_restore(backup: CaseBackup, *, marker_age: dt.timedelta) -> dict[s
     source-check marker is put back as the backup held it, ``marker_age`` old (the backup stands
     for one taken that long ago).
     """
-    from reconciliation.restored import SOURCE_MARKER
+    from reconciliation.restore_detection import SOURCE_MARKER
 
     cut: dict[str, int] = {}
     try:

@@ -54,7 +54,7 @@ def database_url() -> str:
 def worker_env(**overrides: str) -> dict[str, str]:
     """What a drill worker runs with: this deployment's database, order system and keys, a
     short apply lease (so a stopped worker's lease runs out within the drill), and the drill
-    switch that lets ``reconciliation.drills.hooks`` stop it at a named point."""
+    switch that lets ``lab.drills.step_points`` stop it at a named point."""
     env = {
         **os.environ,
         "DATABASE_URL": database_url(),

@@ -10,7 +10,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from reconciliation.drills.runner import FAIL, PASS, ScenarioResult
+from lab.drills.runner import FAIL, PASS, ScenarioResult
 
 
 def report_dir() -> Path:
@@ -18,7 +18,7 @@ def report_dir() -> Path:
 
 
 def write_report(results: list[ScenarioResult], meta: dict, *, directory: Path | None = None):
-    from reconciliation.models import DrillRun
+    from lab.models import DrillRun
 
     directory = directory or report_dir()
     directory.mkdir(parents=True, exist_ok=True)
@@ -32,7 +32,7 @@ def write_report(results: list[ScenarioResult], meta: dict, *, directory: Path |
     data = {**meta, **counts, "results": [r.as_json() for r in results]}
     json_path, html_path = base.with_suffix(".json"), base.with_suffix(".html")
     json_path.write_text(json.dumps(data, indent=2))
-    html_path.write_text(render_to_string("admin/reconciliation/drillrun/report.html", data))
+    html_path.write_text(render_to_string("admin/lab/drillrun/report.html", data))
     run = DrillRun.objects.create(
         started_at=stamp,
         finished_at=parse_datetime(meta.get("finished_at", "")) or timezone.now(),

@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 from django.conf import settings
 from django.utils import timezone
 
-from reconciliation.drills import scenarios as drills
-from reconciliation.drills.deployment import (
+from lab.drills import scenarios as drills
+from lab.drills.deployment import (
     DrillPeople,
     OrderSystemControl,
     prepare_order_system,

@@ -32,9 +32,9 @@ from cases.kernel import SYSTEM
 from cases.models import Attempt, CancellationRequest, Case, CaseEvent, Status, WaitingOn
 from cases.next_action import describe_next_action
 from cases.services import case_cancel_request, case_intake
+from lab.drills.deployment import DrillPeople, OrderSystemControl, drill_day, worker_env
+from lab.drills.workers import DrillCluster, DrillWorker, wait_for
 from reconciliation.claims import attempts_expire_leases
-from reconciliation.drills.deployment import DrillPeople, OrderSystemControl, drill_day, worker_env
-from reconciliation.drills.workers import DrillCluster, DrillWorker, wait_for
 from reconciliation.revocation import case_revoke
 from reconciliation.settle import case_reconcile
 from reconciliation.sources import source_check
@@ -586,7 +586,7 @@ def revocation_while_applying(d: Drill) -> None:
 def restore_older_backup(d: Drill) -> None:
     """A backup of the drill case's rows is taken once it is approved and nothing was sent; a
     real worker applies the change (and notifies the customer); then the backup is restored
-    over the case (``reconciliation.drills.backup``, drill-only: the rest of the deployment's
+    over the case (``lab.drills.backup``, drill-only: the rest of the deployment's
     database is left as it is).
 
     Proves, against a running deployment: detection of a restore from the source with no host
@@ -600,10 +600,11 @@ def restore_older_backup(d: Drill) -> None:
     (drill workers print their mail: their logs are read back).
 
     The recovery it triggers is the deployment's real one: every open case with an unconfirmed
-    operation is held and reconciled, and the counters move on (see ``reconciliation.restore``).
+    operation is held and reconciled, and the counters move on (see
+    ``reconciliation.restore_recovery``).
     """
-    from reconciliation.drills.backup import RestoreRefused, case_rows_backup, case_rows_restore
-    from reconciliation.restored import SOURCE_CHECK_MAX_AGE
+    from lab.drills.backup import RestoreRefused, case_rows_backup, case_rows_restore
+    from reconciliation.restore_detection import SOURCE_CHECK_MAX_AGE
 
     d.ready_case()
     backup = case_rows_backup(d.case)
@@ -701,8 +702,8 @@ def restore_older_backup(d: Drill) -> None:
 
 
 def _post_webhook(d: Drill, body: dict) -> str:
-    from reconciliation.hooks import EVENT_ID_HEADER, SIGNATURE_HEADER, parse_event
     from reconciliation.inbound import inbound_event_process, inbound_event_receive
+    from reconciliation.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, parse_event
 
     raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
     signature = (

@@ -1,7 +1,7 @@
 """Real worker processes for drills: started, stopped (SIGSTOP), resumed (SIGCONT), killed.
 
 ``DrillWorker(["run_worker", "--apply", "D-41"], env=…)`` runs ``manage.py`` with that command.
-A worker may also stop itself at a named point (``reconciliation.drills.hooks``); ``stopped()``
+A worker may also stop itself at a named point (``lab.drills.step_points``); ``stopped()``
 tells the drill it got there. Every worker is killed when its drill ends (``close``): no stopped
 process outlives a drill.
 """

@@ -44,6 +44,7 @@ from cases.fencing import FENCING_SEQUENCE, fencing_current
 from cases.kernel import SYSTEM, Worker
 from cases.models import Attempt, Case, Status
 from cases.services import case_cancel_request, case_intake
+from lab.simulation.generator import describe
 from reconciliation.apply import (
     apply_case,
     attempt_record_applied,
@@ -55,9 +56,8 @@ from reconciliation.client import OrderSystemClient
 from reconciliation.dispatch import dispatch_due
 from reconciliation.exceptions import OrderSystemError
 from reconciliation.inbound import inbound_event_process, inbound_event_receive
-from reconciliation.restored import RecoveryRequired
+from reconciliation.restore_detection import RecoveryRequired
 from reconciliation.settle import case_reconcile
-from reconciliation.simulation.generator import describe
 
 GRACE = dt.timedelta(seconds=5)
 

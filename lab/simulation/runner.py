@@ -21,9 +21,9 @@ from django.conf import settings
 from django.db import transaction
 from django.test import override_settings
 
-from reconciliation.simulation.executor import Executor, SimClient
-from reconciliation.simulation.generator import generate
-from reconciliation.simulation.invariants import Records, check
+from lab.simulation.executor import Executor, SimClient
+from lab.simulation.generator import generate
+from lab.simulation.invariants import Records, check
 
 PROBE_ORDER = "ORD-PROBE"
 

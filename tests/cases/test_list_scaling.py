@@ -1,6 +1,6 @@
 """Every list page is answered through indexes and counts a bounded number of rows.
 
-The benchmark (``reconciliation.benchmarks.lists``, ``make bench``) measures the pages at 10k
+The benchmark (``lab.bench.lists``, ``make bench``) measures the pages at 10k
 and 1M cases; these tests hold the reasons the pages are flat, without timing anything:
 
 - on PostgreSQL, on the benchmark's own set-based seed (20k cases, analyzed), no query of any
@@ -22,7 +22,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from cases.paging import COUNT_CAP
-from reconciliation.benchmarks import lists
+from lab.bench import lists
 
 SEQ_SCAN = re.compile(
     r"Seq Scan on (cases_case|cases_caseevent|approvals_\w+|reconciliation_inboundevent)\b"

@@ -51,10 +51,11 @@ from cases.models import (
     Status,
     Team,
 )
+from lab.models import DrillRun
 from reconciliation.claims import case_authorize_apply, case_claim
 from reconciliation.client import OrderSystemClient
 from reconciliation.inbound import inbound_event_process, inbound_event_receive
-from reconciliation.models import DrillRun, InboundEvent
+from reconciliation.models import InboundEvent
 from reconciliation.sources import source_check
 
 ORDER = "ORD-7731"

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from reconciliation.management.commands.bench import CpuSplit
+from lab.management.commands.bench import CpuSplit
 
 pytestmark = [
     pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)"),

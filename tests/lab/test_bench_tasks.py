@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from approvals.models import Approval
-from reconciliation.bench_tasks import bare_writes
+from lab.bench.tasks import bare_writes
 from reconciliation.exceptions import Conflict
 
 pytestmark = pytest.mark.order_system

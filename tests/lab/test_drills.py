@@ -15,9 +15,9 @@ from django.core.management import call_command
 from cases.exceptions import InvalidCaseInput
 from cases.kernel import SYSTEM
 from cases.services import case_intake
-from reconciliation.drills.deployment import drill_day
-from reconciliation.drills.scenarios import SCENARIOS
-from reconciliation.models import DrillRun
+from lab.drills.deployment import drill_day
+from lab.drills.scenarios import SCENARIOS
+from lab.models import DrillRun
 
 pytestmark = [
     pytest.mark.order_system,

@@ -1,7 +1,7 @@
 """Several worker hosts share one backlog through the Redis broker.
 
 Two django-q2 clusters, each on its own host (a network namespace with its own address and
-hostname, ``reconciliation.benchmarks.netns``), reach the one PostgreSQL, Redis and the live
+hostname, ``lab.bench.netns``), reach the one PostgreSQL, Redis and the live
 reference order system through forwarders in their hub namespace, and pop one Redis list (a cluster
 name unique to the test). The order system's own records say what happened: every order of the
 backlog changed exactly once, and the fencing tokens of its operations belong to attempts of
@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from cases.models import Attempt, Case, Status
 from cases.scheduling import run_in_process
-from reconciliation.benchmarks.multihost import (
+from lab.bench.multihost import (
     cluster_name,
     database_url,
     enqueue_applies,
@@ -47,8 +47,8 @@ from reconciliation.benchmarks.multihost import (
     redis_url,
     wait_settled,
 )
-from reconciliation.benchmarks.netns import HostsUnavailable, qclusters, unavailable_reason
-from reconciliation.benchmarks.netns import worker_network as _worker_network
+from lab.bench.netns import HostsUnavailable, qclusters, unavailable_reason
+from lab.bench.netns import worker_network as _worker_network
 from reconciliation.sweep import LOCK_KEY
 from tests.support.fixtures import days_ahead
 

@@ -1,4 +1,4 @@
-"""Randomized fault schedules (reconciliation.simulation): 200 seeded schedules per run against
+"""Randomized fault schedules (lab.simulation): 200 seeded schedules per run against
 the live order system, every invariant checked against its own records; and the checker
 itself shown to fail on fabricated bad outcomes."""
 
@@ -9,8 +9,8 @@ import os
 
 import pytest
 
-from reconciliation.simulation.generator import generate
-from reconciliation.simulation.invariants import Records, check
+from lab.simulation.generator import generate
+from lab.simulation.invariants import Records, check
 
 pytestmark = pytest.mark.order_system
 
@@ -21,7 +21,7 @@ T0 = dt.datetime(2026, 12, 1, 10, 0, tzinfo=dt.UTC)
 
 @pytest.fixture
 def simulation(order_system, db):
-    from reconciliation.simulation.runner import simulation_settings, world_setup
+    from lab.simulation.runner import simulation_settings, world_setup
     from tests.support.order_system import DEFAULT_GRANT_KEY
 
     with simulation_settings(order_system, DEFAULT_GRANT_KEY):
@@ -30,7 +30,7 @@ def simulation(order_system, db):
 
 @pytest.mark.postgres_only
 def test_200_random_schedules_hold_every_invariant(simulation, capsys):
-    from reconciliation.simulation.runner import run_schedules
+    from lab.simulation.runner import run_schedules
 
     orders, world = simulation
     outcome = run_schedules(
@@ -208,7 +208,7 @@ def test_a_frozen_write_is_judged_by_when_holdfast_decided_to_send_it():
 @pytest.mark.postgres_only
 @pytest.mark.parametrize("index", [50, 52])
 def test_restored_records_never_cancel_or_return_to_review_an_applied_change(simulation, index):
-    from reconciliation.simulation.runner import run_schedules
+    from lab.simulation.runner import run_schedules
 
     orders, world = simulation
     outcome = run_schedules(

@@ -21,7 +21,7 @@ from cases.models import Attempt, CancellationRequest, CaseEvent, Status
 from cases.services import case_cancel_request
 from reconciliation.apply import apply_case, apply_due
 from reconciliation.claims import case_claim, claim_next_due
-from reconciliation.restored import source_verified
+from reconciliation.restore_detection import source_verified
 from tests.support.fixtures import days_ahead
 from tests.support.txcount import database_cost
 

@@ -27,7 +27,7 @@ each comparison ends with the ratio of the medians.
   claims/s); without the vacuum the claims and every update between rounds leave dead row
   versions in the cases' indexes that each next-due pick steps over (227 → 206 → 176 next-due
   claims/s over three rounds).
-- django-q2: N no-op tasks (``reconciliation.bench_tasks.noop``) through the ORM broker, run by a
+- django-q2: N no-op tasks (``lab.bench.tasks.noop``) through the ORM broker, run by a
   real ``qcluster`` subprocess with ``Q_WORKERS=2`` (plus the sweeper's worker), in every round.
 - End-to-end safe apply: N approved cases applied by a real ``qcluster`` of the same
   configuration against the reference order system (``python -m orders serve``) on its own
@@ -39,11 +39,11 @@ each comparison ends with the ratio of the medians.
   Write transactions come from the server-wide transaction id counter (only writing
   transactions get one); the order system's from its own database's ``xact_commit``.
 - Bare writes: as many fresh approved cases' writes sent by two
-  ``reconciliation.bench_tasks.bare_writes`` tasks (one per worker) of the same cluster, with
+  ``lab.bench.tasks.bare_writes`` tasks (one per worker) of the same cluster, with
   nothing of Holdfast's around them (no claim, no record): the end-to-end rate's ceiling on the
   machine, printed beside the end-to-end goal.
-- List pages (``reconciliation.benchmarks.lists``) and several worker hosts
-  (``reconciliation.benchmarks.multihost``) when those modules are present.
+- List pages (``lab.bench.lists``) and several worker hosts
+  (``lab.bench.multihost``) when those modules are present.
 
 The report ends with the issue's three goals, each met or NOT met with its figure.
 """
@@ -84,12 +84,12 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 ROOT = Path(settings.BASE_DIR)
-NOOP = "reconciliation.bench_tasks.noop"
-BARE = "reconciliation.bench_tasks.bare_writes"
+NOOP = "lab.bench.tasks.noop"
+BARE = "lab.bench.tasks.bare_writes"
 APPLY = "reconciliation.tasks.apply_case"
 APPLY_DUE = "reconciliation.tasks.apply_due"
-LISTS = "reconciliation.benchmarks.lists"
-MULTIHOST = "reconciliation.benchmarks.multihost"
+LISTS = "lab.bench.lists"
+MULTIHOST = "lab.bench.multihost"
 PGBENCH_CANDIDATES = ("/usr/lib/postgresql/15/bin/pgbench", "pgbench")
 WORKERS = 2  # Q_WORKERS of every cluster (the settings add one for the sweeper)
 # An idle backend flushes its statistics at most this long after its last transaction
@@ -1222,7 +1222,7 @@ class Command(BaseCommand):
         claim reads); ``due``: due now, for a next-due claim. Statistics refreshed after."""
         from cases.fencing import counter_next
         from cases.models import Case
-        from reconciliation.management.seeding import ready_case_seed
+        from lab.bench.seeding import ready_case_seed
 
         fx = self._fixture()
         now = timezone.now()
@@ -1383,7 +1383,7 @@ class Command(BaseCommand):
         from approvals.models import Approval, Operation
         from cases.fencing import counter_next
         from cases.models import Case
-        from reconciliation.management.seeding import ready_case_seed
+        from lab.bench.seeding import ready_case_seed
 
         self._orders_settle(wait=True)  # seeding talks to the order system
         fx = self._fixture()
@@ -1627,7 +1627,7 @@ class Command(BaseCommand):
         self.series["orders_xact"].add((now - pending.before - pending.own) / pending.applies)
 
     def _multihost(self, module: Any, orders: _OrderSystem, count: int, number: int) -> float:
-        """``count`` applies by two worker hosts (``reconciliation.benchmarks.multihost``)."""
+        """``count`` applies by two worker hosts (``lab.bench.multihost``)."""
         self._orders_settle(wait=True)
         versions: dict[str, tuple[int, int]] = {}
 

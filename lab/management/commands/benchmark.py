@@ -164,8 +164,8 @@ class Command(BaseCommand):
 
     def _claims(self, count: int) -> None:
         from cases.kernel import Worker
+        from lab.bench.seeding import ready_case_seed
         from reconciliation.claims import case_claim
-        from reconciliation.management.seeding import ready_case_seed
         from reconciliation.models import OrderSystemProfile
 
         OrderSystemProfile.objects.create(

@@ -43,10 +43,10 @@ class Command(BaseCommand):
             return self._task(options["task"], options["case"])
         if getattr(settings, "PRODUCTION", False):
             raise CommandError("Drills inject faults: they refuse DJANGO_ENV=production.")
-        from reconciliation.drills.deployment import DeploymentError
-        from reconciliation.drills.report import write_report
-        from reconciliation.drills.runner import FAIL, run_drills
-        from reconciliation.drills.scenarios import lookup
+        from lab.drills.deployment import DeploymentError
+        from lab.drills.report import write_report
+        from lab.drills.runner import FAIL, run_drills
+        from lab.drills.scenarios import lookup
 
         if options["list"]:
             for item in lookup(None):

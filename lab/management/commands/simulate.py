@@ -98,7 +98,7 @@ class Command(BaseCommand):
         connections["default"] = connections.create_connection("default")
 
     def _run(self, orders, seed, schedules, only, show_steps):
-        from reconciliation.simulation.runner import (
+        from lab.simulation.runner import (
             run_schedules,
             simulation_settings,
             world_setup,
@@ -122,9 +122,9 @@ class Command(BaseCommand):
 
 
 def _order_system(database_url: str):
-    """The reference order system as a process on its own database (the test suite's
-    launcher, which is what the simulation's fault API and /_testing/ calls are written for)."""
-    from tests.support.order_system import OrderSystemProcess
+    """The reference order system as a process on its own database (the lab's launcher, which
+    the tests use too: the simulation's fault API and /_testing/ calls are written for it)."""
+    from lab.order_system import OrderSystemProcess
 
     class SimulationOrderSystem(OrderSystemProcess):
         def _create_database(self, workdir: Path) -> str:
