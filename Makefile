@@ -32,12 +32,12 @@ drill: install
 	ORDER_SYSTEM_URL=http://127.0.0.1:$(ORDER_SYSTEM_PORT) $(PY) manage.py drill \
 		--holdfast-url http://127.0.0.1:$(HOLDFAST_PORT)/ $(DRILL_ARGS)
 
-# Measurements on PostgreSQL, in a bench_* database it writes to (reconciliation/management/
-# commands/bench.py). DEBUG off: Django's query log would slow the measured paths.
+# Measurements on PostgreSQL, in a bench_* database it writes to (manage.py bench_hot_paths,
+# lab/bench/). DEBUG off: Django's query log would slow the measured paths.
 bench: install
 	DEBUG=0 DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/bench_holdfast} \
 		sh -c '$(PY) -m lab.bench.database "$$DATABASE_URL" && \
-		$(PY) manage.py migrate --no-input -v 0 && $(PY) manage.py bench $(BENCH_ARGS)'
+		$(PY) manage.py migrate --no-input -v 0 && $(PY) manage.py bench_hot_paths $(BENCH_ARGS)'
 
 test: install browser
 	$(PY) tests/run_suites.py $(PYTEST_ARGS)

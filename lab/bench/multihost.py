@@ -10,7 +10,7 @@ list with a broker of its own (``redis_cluster``: signed for that name), whateve
 settings' broker and name are.
 
 ``measure_multihost`` is the benchmark's figure (applies/s for the hosts together); the helpers
-are shared with ``tests/reconciliation/test_multihost.py``.
+are shared with ``tests/lab/test_multihost.py``.
 
 Measurement only: nothing here changes how Holdfast works.
 """

@@ -1,6 +1,6 @@
-"""Tasks for ``manage.py bench`` only: what a worker cluster costs with nothing of Holdfast's in
-the task (``noop``), and what the order system's writes cost sent with nothing of Holdfast's
-around them (``bare_writes``)."""
+"""Tasks for ``make bench`` (``manage.py bench_hot_paths``) only: what a worker cluster costs
+with nothing of Holdfast's in the task (``noop``), and what the order system's writes cost sent
+with nothing of Holdfast's around them (``bare_writes``)."""
 
 from __future__ import annotations
 

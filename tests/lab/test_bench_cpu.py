@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from lab.management.commands.bench import CpuSplit
+from lab.bench.cpu import CpuSplit
 
 pytestmark = [
     pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)"),

@@ -1,7 +1,8 @@
-"""Measure the hot paths on a large table, inside a transaction that is rolled back.
+"""``manage.py bench_large_table``: the watchdog's query, the dispatcher's selection and claims
+timed on a large table of finished cases, inside a transaction that is rolled back.
 
-    manage.py benchmark --cases 1000000      # PostgreSQL: the numbers quoted in notes
-    manage.py benchmark --cases 20000        # any database, quick
+    manage.py bench_large_table --cases 1000000      # PostgreSQL: the numbers quoted in notes
+    manage.py bench_large_table --cases 20000        # any database, quick
 
 It fills the database with N closed cases (each with an operation and a finished attempt) plus a
 few active attempts whose lease expired and a few due cases, then times:
@@ -164,23 +165,11 @@ class Command(BaseCommand):
 
     def _claims(self, count: int) -> None:
         from cases.kernel import Worker
-        from lab.bench.seeding import ready_case_seed
+        from lab.bench.seeding import bench_profile, ready_case_seed
         from reconciliation.claims import case_claim
         from reconciliation.models import OrderSystemProfile
 
-        OrderSystemProfile.objects.create(
-            base_url=_order_system_url(),
-            sandbox_order_id="ORD-BENCH",
-            reachable=True,
-            idempotent_replay=True,
-            key_reuse_refused=True,
-            fencing_enforced=True,
-            version_check=True,
-            approval_expiry_enforced=True,
-            consistent_lookup=True,
-            autonomy="autonomous",
-            autonomy_reason="benchmark fixture (rolled back)",
-        )
+        bench_profile(OrderSystemProfile, "ORD-BENCH", "benchmark fixture (rolled back)")
         approver = get_user_model().objects.create(username="bench-approver")
         account = CustomerAccount.objects.get(reference="ACC-BENCH")
         now = timezone.now()
@@ -209,9 +198,3 @@ class Command(BaseCommand):
             f"claims: {count} sequential claims in {elapsed:.2f}s = "
             f"{count / elapsed:.0f} claims/s ({elapsed / count * 1000:.2f} ms each)"
         )
-
-
-def _order_system_url() -> str:
-    from django.conf import settings
-
-    return settings.ORDER_SYSTEM_URL.rstrip("/")
