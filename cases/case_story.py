@@ -322,7 +322,8 @@ ACTION_WORDS: dict[Action, tuple[str, str]] = {
         "The lease of {attempt} expired: the worker went silent",
         "alert",
     ),
-    Action.ATTEMPT_SLOT_RELEASED: ("{attempt} released its claim", ""),
+    Action.ATTEMPT_CLAIM_RELEASED: ("{attempt} released its claim", ""),
+    Action.ATTEMPT_CLAIM_RELEASED_LEGACY: ("{attempt} released its claim", ""),
     Action.ATTEMPT_LATE_RESULT_RECORDED: (
         "A late result from {attempt} was recorded as evidence",
         "",

@@ -78,7 +78,7 @@ from reconciliation.claims import (
     claim_next_due,
     keep_alive,
     lease_seconds,
-    record_slot_released,
+    record_claim_released,
 )
 from reconciliation.client import OperationRecord, OperationResult, OrderSystemClient
 from reconciliation.complete import case_complete
@@ -389,7 +389,7 @@ def _looked_up(record: OperationRecord) -> OperationResult:
 def _stopped_before_submitting(attempt: Attempt, worker: Worker, authority: _Authority) -> str:
     """The write may not leave (:func:`_mark_submitting` refused). Asked to stop (a
     cancellation or a revocation recorded during the claim), the attempt acknowledges at once:
-    worker stopped, slot released, and the case settles -- instead of staying 'applying' until
+    worker stopped, claim released, and the case settles -- instead of staying 'applying' until
     its lease runs out. Still running, its approval lapsed meanwhile: ended as expired, nothing
     sent. Otherwise (lease expired, fenced) the watchdog or the new owner already decides."""
     state = Attempt.objects.filter(pk=attempt.pk).values_list("state", flat=True).first()
@@ -1107,7 +1107,7 @@ def _finish_cancelling(case: Case, attempt: Attempt, worker: Worker, ending: End
         "recorded and changes nothing",
         detail={"attempt": attempt.reference, "outcome": ending.code},
     )
-    record_slot_released(case, attempt, worker)
+    record_claim_released(case, attempt, worker)
     if isinstance(ending, EndedEffectUnknown):
         apply_transition(
             case,

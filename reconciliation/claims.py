@@ -90,12 +90,12 @@ class Lease:
     cancel_requested: bool = False
 
 
-def record_slot_released(case: Case, attempt: Attempt, actor: Actor) -> None:
-    """The attempt no longer occupies the case's one execution slot (an operator-visible fact
-    distinct from 'worker stopped' and 'lease expired')."""
+def record_claim_released(case: Case, attempt: Attempt, actor: Actor) -> None:
+    """The attempt no longer holds the case's one claim (an operator-visible fact distinct
+    from 'worker stopped' and 'lease expired')."""
     record_fact(
         case=case,
-        action=Action.ATTEMPT_SLOT_RELEASED,
+        action=Action.ATTEMPT_CLAIM_RELEASED,
         actor=actor,
         reason=f"{attempt.reference} released its claim on {case.reference}",
         detail={"attempt": attempt.reference},
@@ -966,7 +966,7 @@ def attempt_acknowledge_cancel(*, attempt_id: int, worker: Worker) -> None:
         if updated:
             from reconciliation.revocation import settle_after_stop
 
-            record_slot_released(case, attempt, worker)
+            record_claim_released(case, attempt, worker)
             settle_after_stop(case, worker, f"{attempt.reference} stopped")
 
 
@@ -1010,7 +1010,7 @@ def _expire_one(attempt_id: int, now: dt.datetime) -> bool:
         )
         if not moved:
             return False
-        record_slot_released(case, attempt, watchdog)
+        record_claim_released(case, attempt, watchdog)
         if case.status != Status.APPLYING:
             return True
         attempt.operation.refresh_from_db(fields=["confirmed_at"])
