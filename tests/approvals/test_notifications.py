@@ -22,7 +22,7 @@ from cases.inbox import (
 from cases.kernel import SYSTEM, apply_transition, lock_case
 from cases.models import CaseEvent, Notification, NotificationKind, Status
 from cases.services import case_cancel_request, case_intake, case_transition, staff_set_away
-from tests.approvals.conftest import read_order, reload
+from tests.approvals.conftest import reload
 
 pytestmark = pytest.mark.django_db
 
@@ -122,10 +122,17 @@ def test_done_or_cancelled_tells_the_staff_member_who_opened_it_not_an_integrati
 def test_a_rolled_back_step_leaves_no_notification(checked_case, agent, approver, submit):
     proposal = submit(checked_case, agent)
     Notification.objects.all().delete()
-    with pytest.raises(RuntimeError), transaction.atomic():
-        services.proposal_reject(proposal=proposal, actor=approver, reason="No")
-        assert Notification.objects.count() == 1
-        raise RuntimeError("the caller's transaction fails after the step")
+    written = []
+
+    def reject_then_fail() -> None:
+        with transaction.atomic():
+            services.proposal_reject(proposal=proposal, actor=approver, reason="No")
+            written.append(Notification.objects.count())
+            raise RuntimeError("the caller's transaction fails after the step")
+
+    with pytest.raises(RuntimeError):
+        reject_then_fail()
+    assert written == [1]
     assert not Notification.objects.exists()
     assert reload(checked_case).status == Status.AWAITING_REVIEW
 
