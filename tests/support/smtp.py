@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import threading
 import time
@@ -107,6 +108,7 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def mail_server() -> Iterator[MailServer]:
+    logging.getLogger("mail.log").setLevel(logging.WARNING)  # aiosmtpd logs every command
     server = MailServer("127.0.0.1", _free_port())
     controller = Controller(_Handler(server), hostname=server.host, port=server.port)
     controller.start()
