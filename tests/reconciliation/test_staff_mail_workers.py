@@ -119,9 +119,11 @@ def test_a_worker_killed_mid_delivery_loses_and_doubles_nothing(
     killed = time.monotonic()
     with Proc("run_worker", env=env) as second:
         wait_for(
-            lambda: not Notification.objects.filter(
-                email_state__in=[Notification.Email.PENDING, Notification.Email.SENDING]
-            ).exists(),
+            lambda: (
+                not Notification.objects.filter(
+                    email_state__in=[Notification.Email.PENDING, Notification.Email.SENDING]
+                ).exists()
+            ),
             timeout=60,
             what=f"the replacement worker to finish\n{second.output()}",
         )
