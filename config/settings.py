@@ -200,10 +200,11 @@ EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
 EMAIL_TIMEOUT = env_float("EMAIL_TIMEOUT", 10.0, minimum=0.1)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "holdfast@localhost")
 # Where Holdfast's pages are reached: the links in staff mails are absolute from here.
+_PUBLIC_HOST = next((h for h in ALLOWED_HOSTS if h != "*" and not h.startswith(".")), "")
 HOLDFAST_BASE_URL = env_url(
     "HOLDFAST_BASE_URL",
-    f"https://{ALLOWED_HOSTS[0]}" if PRODUCTION and ALLOWED_HOSTS else "http://127.0.0.1:8000",
-).rstrip("/")
+    f"https://{_PUBLIC_HOST}" if PRODUCTION and _PUBLIC_HOST else "http://127.0.0.1:8000",
+)
 
 
 # --- REST API ----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 
 from cases import inbox
+from cases.admin.filters import PrintableChoicesFilter
 from cases.admin.views import person
 from cases.exceptions import CaseError
 from cases.models import FollowUpPolicy, Notification, NotificationKind, WaitReason
@@ -45,7 +46,7 @@ class NotificationAdmin(admin.ModelAdmin):
     change_list_template = "admin/cases/notification/change_list.html"
     list_display = ["when", "what", "case_link", "email", "read"]
     list_display_links = None
-    list_filter = [ReadFilter, "kind"]
+    list_filter = [("kind", PrintableChoicesFilter), ReadFilter]
     actions = ["mark_read"]
     list_per_page = 50
 
@@ -218,7 +219,7 @@ class FollowUpPolicyAdmin(admin.ModelAdmin):
 
     form = FollowUpPolicyForm
     list_display = ["reason", "kind_display", "minutes", "at_risk_percent", "updated_at"]
-    list_filter = ["reason"]
+    list_filter = [("reason", PrintableChoicesFilter)]
 
     def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
         return {"at_risk_percent": 25, "reason": WaitReason.HELD}
