@@ -316,9 +316,11 @@ def db_roles(transactional_db):
             cursor.execute(f'CREATE ROLE "{role}" LOGIN')
             cursor.execute(f'GRANT USAGE ON SEQUENCE {sequence} TO "{role}"')
         cursor.execute(f'GRANT SELECT, INSERT ON cases_caseevent TO "{roles["app"]}"')
+        # Every table whose rows point at events, so that TRUNCATE … CASCADE reaches the
+        # event table's own guard.
         cursor.execute(
             "GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON cases_caseevent, "
-            f'approvals_proposalauthor TO "{roles["writer"]}"'
+            f'approvals_proposalauthor, cases_notification TO "{roles["writer"]}"'
         )
     yield roles
     with connection.cursor() as cursor:
