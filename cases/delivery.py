@@ -45,6 +45,7 @@ from cases import scheduling
 from cases.backoff import next_retry_at
 from cases.inbox import next_digest_at
 from cases.models import Notification, NotificationPreference
+from cases.notify import case_path
 
 logger = logging.getLogger(__name__)
 
@@ -146,8 +147,12 @@ def _message(notification: Notification) -> EmailMessage:
     case = notification.case
     key = f"notification-{notification.pk}"
     domain = settings.DEFAULT_FROM_EMAIL.rpartition("@")[2].strip("> ") or "holdfast.invalid"
+    page = _absolute(case_path(case))
+    where = f"Open {case.reference}: {page}\n"
+    if notification.link != case_path(case):
+        where = f"Decide it here: {_absolute(notification.link)}\nThe case page: {page}\n"
     body = (
-        f"{notification.text}.\n\nOpen {case.reference}: {_absolute(notification.link)}\n\n"
+        f"{notification.text}.\n\n{where}\n"
         f"Your inbox: {_absolute('/admin/cases/notification/')}\n"
         "(You get this because Holdfast needs you on this case. Choose which mails you get, "
         "or a daily digest, from your inbox.)\n"

@@ -237,3 +237,17 @@ def test_mine_to_answer_is_my_waits_as_responsible_plus_the_decisions_i_may_take
     assert set(cases_to_answer(approver)) == set()
     assert set(cases_to_answer(backup)) == {escalated, checked_case}
     assert waiting_on_source not in cases_to_answer(backup)
+
+
+@pytest.mark.postgres_only
+def test_the_unread_count_is_one_lookup_on_its_partial_index(approver):
+    sql, params = (
+        Notification.objects.filter(recipient=approver, read_at__isnull=True)
+        .values("pk")
+        .query.sql_with_params()
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN SELECT count(*) FROM ({sql}) AS unread", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "notification_unread_idx" in plan, plan
