@@ -967,7 +967,10 @@ class Notification(models.Model):
         FAILED = "failed", "Not sent: the mail server kept refusing"
 
     recipient = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="holdfast_notifications"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="holdfast_notifications",
+        db_index=False,  # ``notification_inbox_idx`` leads with it
     )
     case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="notifications")
     event = models.ForeignKey(CaseEvent, on_delete=models.PROTECT, related_name="+")

@@ -287,6 +287,7 @@ class Migration(migrations.Migration):
             model_name="notification",
             name="recipient",
             field=models.ForeignKey(
+                db_index=False,
                 on_delete=django.db.models.deletion.CASCADE,
                 related_name="holdfast_notifications",
                 to=settings.AUTH_USER_MODEL,
