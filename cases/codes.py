@@ -34,6 +34,8 @@ class Action(enum.StrEnum):
     CASE_CLAIMED = "cases.case.claimed"
     CASE_REASSIGNED = "cases.case.reassigned"
     CASE_FOLLOWUP_UPDATED = "cases.case.followup_updated"
+    # A person's follow-up time passed: the reminder (``cases.reminders``).
+    FOLLOW_UP_DUE = "cases.follow_up.due"
     CASE_INTENT_CHANGED = "cases.case.intent_changed"
     CASE_RESPONSIBILITY_TO_BACKUP = "cases.case.responsibility_to_backup"
     CASE_RESPONSIBILITY_TO_OWNER = "cases.case.responsibility_to_owner"

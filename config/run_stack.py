@@ -65,6 +65,8 @@ def main() -> int:
         **os.environ,
         "ORDER_SYSTEM_URL": orders_url.rstrip("/"),
         "ORDERS_WEBHOOK_URL": f"{holdfast_url}api/hooks/orders/",
+        # The links in staff notification mails lead here (HOLDFAST_BASE_URL if set).
+        "HOLDFAST_BASE_URL": os.environ.get("HOLDFAST_BASE_URL", holdfast_url.rstrip("/")),
         "PYTHONUNBUFFERED": "1",
     }
     env.setdefault("ORDERS_FAULTS_ENABLED", "1")  # the demo and drills inject faults

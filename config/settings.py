@@ -184,14 +184,30 @@ CACHES = {
     ),
 }
 
-# --- Email: customer notifications go through Django's email backend. -----------------------
+# --- Email: the customer's notification and staff notifications, through Django's backend --
+# SMTP whenever EMAIL_HOST is set (and in production); otherwise (``make run``) mail is printed
+# on the console. EMAIL_BACKEND overrides either.
+EMAIL_HOST = env_str("EMAIL_HOST", "")
 EMAIL_BACKEND = env_str(
     "EMAIL_BACKEND",
     "django.core.mail.backends.smtp.EmailBackend"
-    if PRODUCTION
+    if PRODUCTION or EMAIL_HOST
     else "django.core.mail.backends.console.EmailBackend",
 )
+EMAIL_HOST = EMAIL_HOST or "localhost"
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+# Seconds for one SMTP connection's calls: a silent mail server never holds a worker for long.
+EMAIL_TIMEOUT = env_float("EMAIL_TIMEOUT", 10.0, minimum=0.1)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "holdfast@localhost")
+# Where Holdfast's pages are reached: the links in staff mails are absolute from here.
+_PUBLIC_HOST = next((h for h in ALLOWED_HOSTS if h != "*" and not h.startswith(".")), "")
+HOLDFAST_BASE_URL = env_url(
+    "HOLDFAST_BASE_URL",
+    f"https://{_PUBLIC_HOST}" if PRODUCTION and _PUBLIC_HOST else "http://127.0.0.1:8000",
+)
 
 
 # --- REST API ----------------------------------------------------------------------------
@@ -365,6 +381,39 @@ if APPROVAL_MAX_MINUTES < APPROVAL_DEFAULT_MINUTES:
 APPROVAL_REVIEW_SLA_MINUTES = env_int("APPROVAL_REVIEW_SLA_MINUTES", 60, minimum=1)
 # A follow-up time is "overdue" only once it is this late: work due now is not yet late.
 FOLLOW_UP_GRACE_MINUTES = env_int("FOLLOW_UP_GRACE_MINUTES", 5, minimum=0)
+
+# --- Follow-ups: how long a person may take to answer each kind of wait ---------------------
+# The defaults of the follow-up policy (leads override them per reason and change kind in the
+# admin: cases.FollowUpPolicy). FOLLOW_UP_<REASON>_MINUTES; a review wait's default is
+# APPROVAL_REVIEW_SLA_MINUTES (above).
+FOLLOW_UP_MINUTES = {
+    "unverified": env_int("FOLLOW_UP_UNVERIFIED_MINUTES", 240, minimum=1),
+    "draft": env_int("FOLLOW_UP_DRAFT_MINUTES", 240, minimum=1),
+    "rejected": env_int("FOLLOW_UP_REJECTED_MINUTES", 240, minimum=1),
+    "supervised": env_int("FOLLOW_UP_SUPERVISED_MINUTES", 60, minimum=1),
+    "held": env_int("FOLLOW_UP_HELD_MINUTES", 60, minimum=1),
+    "needs_attention": env_int("FOLLOW_UP_NEEDS_ATTENTION_MINUTES", 120, minimum=1),
+    "customer": env_int("FOLLOW_UP_CUSTOMER_MINUTES", 1440, minimum=1),
+    "other": env_int("FOLLOW_UP_OTHER_MINUTES", 240, minimum=1),
+}
+# The last part of a follow-up's time, in percent, in which it shows as "at risk".
+FOLLOW_UP_AT_RISK_PERCENT = env_int("FOLLOW_UP_AT_RISK_PERCENT", 25, minimum=0)
+if FOLLOW_UP_AT_RISK_PERCENT > 99:
+    raise ImproperlyConfigured("FOLLOW_UP_AT_RISK_PERCENT must be below 100.")
+
+# --- Staff notifications (cases.notify, cases.delivery) ---------------------------------------
+# Tries of one notification's email before it is left unsent (visible in the inbox); between
+# tries the bounded backoff of RETRY_BASE_SECONDS / RETRY_MAX_SECONDS.
+NOTIFICATION_EMAIL_ATTEMPT_LIMIT = env_int("NOTIFICATION_EMAIL_ATTEMPT_LIMIT", 8, minimum=1)
+# How long one delivery may take before the sweep treats its worker as gone: a mail not yet
+# begun is handed out again; one whose send had begun may have gone and is not sent again.
+NOTIFICATION_SEND_LEASE_SECONDS = env_float(
+    "NOTIFICATION_SEND_LEASE_SECONDS", max(60.0, 3 * EMAIL_TIMEOUT), minimum=1.0
+)
+# The local hour (TIME_ZONE) at which daily digests go out.
+NOTIFICATION_DIGEST_HOUR = env_int("NOTIFICATION_DIGEST_HOUR", 7, minimum=0)
+if NOTIFICATION_DIGEST_HOUR > 23:
+    raise ImproperlyConfigured("NOTIFICATION_DIGEST_HOUR must be 0-23.")
 
 # --- Retries: one bounded policy, scheduled through the case's next check time -------------
 RETRY_BASE_SECONDS = env_float("RETRY_BASE_SECONDS", 5.0, minimum=0.0)

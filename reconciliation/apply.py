@@ -45,7 +45,7 @@ from django.db.models import Count, Exists, Q, QuerySet
 from django.utils import timezone
 
 from approvals.models import Approval, Operation, Proposal
-from approvals.services import review_due_at
+from approvals.services import review_deadline
 from cases.attempts import attempt_finish
 from cases.backoff import next_retry_at
 from cases.codes import Action
@@ -1019,7 +1019,7 @@ class EndedApprovalExpired(Ending):
             actor=worker,
             detail=detail,
             reason=f"{self.text}; the same proposal needs a fresh decision",
-            next_check_at=review_due_at(timezone.now()),
+            **review_deadline(case),
             apply_authorized_by=None,
         )
 

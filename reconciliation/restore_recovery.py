@@ -60,8 +60,13 @@ def suspects() -> list[int]:
         | Q(proposals__status__in=[Proposal.Status.AWAITING_REVIEW, Proposal.Status.APPROVED])
     )
     active = Attempt.objects.filter(state__in=Attempt.ACTIVE)
+    # A rejected case has nothing that may have gone: its last proposal was decided "no", and
+    # it could reach review only once every earlier attempt of its operation had settled with
+    # nothing applied (proven absent after a fence, or a definite refusal). It stays with its
+    # person; holding it would send it back to a review with no proposal.
     return list(
         Case.objects.filter(status__in=OPEN_STATUSES)
+        .exclude(status=Status.PROPOSAL_REJECTED)
         .filter(Q(pk__in=unconfirmed.values("case")) | Q(pk__in=active.values("case")))
         .order_by("number")
         .values_list("pk", flat=True)

@@ -20,7 +20,7 @@ from typing import ClassVar
 from django.utils import timezone
 
 from approvals.models import Operation, Proposal
-from approvals.services import review_due_at
+from approvals.services import review_deadline
 from cases.codes import Action
 from cases.exceptions import CaseError, InvalidCaseInput, TransitionRejected
 from cases.fencing import next_fencing_token
@@ -363,7 +363,7 @@ def _settle_absent(
             detail=detail,
             reason=f"Proven absent: {reason}. The approval expired during the "
             f"hold: {operation.key} needs a fresh decision before any apply",
-            next_check_at=review_due_at(timezone.now()),
+            **review_deadline(case),
         )
         return "back to review"
     apply_transition(
