@@ -20,7 +20,7 @@ from cases.next_action import describe_next_action
 from cases.services import case_cancel_request, case_transition
 from reconciliation.claims import ClaimRefused, case_claim
 from reconciliation.dispatch import dispatch_due
-from reconciliation.restore import suspects
+from reconciliation.restore_recovery import suspects
 from reconciliation.revocation import case_revoke
 from reconciliation.tasks import prepare_proposal
 from tests.approvals.conftest import in_days, read_order, reload
