@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Histogram, values
@@ -183,12 +184,27 @@ def _safe(count) -> None:
         logger.exception("Could not record a metric")
 
 
+# Each label combination's child, looked up once per process: ``labels()`` costs more than the
+# increment itself. Keys come from closed sets, so the caches stay small.
+_REQUESTS: dict[tuple[str, str], Any] = {}
+_LATENCY: dict[str, Any] = {}
+_OUTCOMES: dict[str, Any] = {}
+
+
 def order_system_answer(call: str, outcome: str, seconds: float) -> None:
     """One call to the order system answered (``outcome``: status code or transport failure)."""
 
     def count() -> None:
-        ORDER_SYSTEM_REQUESTS.labels(call, outcome).inc()
-        ORDER_SYSTEM_SECONDS.labels(call).observe(seconds)
+        requests = _REQUESTS.get((call, outcome))
+        if requests is None:
+            requests = _REQUESTS.setdefault(
+                (call, outcome), ORDER_SYSTEM_REQUESTS.labels(call, outcome)
+            )
+        latency = _LATENCY.get(call)
+        if latency is None:
+            latency = _LATENCY.setdefault(call, ORDER_SYSTEM_SECONDS.labels(call))
+        requests.inc()
+        latency.observe(seconds)
 
     _safe(count)
 
@@ -224,7 +240,15 @@ def apply_outcome(outcome: str) -> None:
     "late: …", "stale: …", "cancel acknowledged"), counted under its closed label."""
     word = outcome.split(":", 1)[0].strip().replace(" ", "_")
     label = {"confirmed": "applied", "done": "applied"}.get(word, word)
-    _safe(lambda: APPLY_ATTEMPTS.labels(label if label in OUTCOMES else "other").inc())
+    label = label if label in OUTCOMES else "other"
+
+    def count() -> None:
+        child = _OUTCOMES.get(label)
+        if child is None:
+            child = _OUTCOMES.setdefault(label, APPLY_ATTEMPTS.labels(label))
+        child.inc()
+
+    _safe(count)
 
 
 def approval_to_applied(seconds: float) -> None:

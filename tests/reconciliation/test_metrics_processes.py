@@ -9,6 +9,7 @@ on from its values: counters never go down, whatever process died how.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 from django.utils import timezone
 from prometheus_client import CollectorRegistry
@@ -258,3 +260,39 @@ def test_a_clusters_worker_processes_add_up_to_the_order_systems_own_count(
         assert record["attempt"].startswith(record["case"] + "-a")
         assert isinstance(record["fencing_token"], int)
         assert record["worker"].startswith("apply:")
+
+
+def test_a_worker_hosts_exporter_serves_its_processes_counts_with_the_token(tmp_path):
+    """``manage.py serve_metrics`` on a worker host: the counts its processes wrote, behind the
+    same bearer token as the web's /metrics, and none of the database gauges."""
+    counter = _python(tmp_path, "metrics.lease_expired()\nmetrics.lease_expired()\n")
+    assert counter.wait(timeout=30) == 0
+    token = "w" * 40
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("DATABASE", "DJANGO"))},
+        "DJANGO_ENV": "test",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'unused.sqlite3'}",
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
+        "METRICS_TOKEN": token,
+    }
+    server = subprocess.Popen(  # noqa: S603 - our own interpreter and manage.py
+        [sys.executable, "manage.py", "serve_metrics", "--port", "0"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        url = server.stdout.readline().split(" at ")[1].strip()
+        refused = httpx.get(url, timeout=10)
+        served = httpx.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        elsewhere = httpx.get(url.replace("/metrics", "/admin/"), timeout=10)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert refused.status_code == 401
+    assert served.status_code == 200
+    assert "holdfast_lease_expiries_total 2.0" in served.text
+    assert "holdfast_cases_open" not in served.text  # the web's scrape reports the database
+    assert elsewhere.status_code == 404
