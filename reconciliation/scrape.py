@@ -5,8 +5,8 @@ scrape after it is held, and no process has to stay alive to remember it. Each g
 bounded query that an index answers without reading every case: the open cases through the
 status index (only open rows), the held and needs-attention ages through the events' chain
 index of those cases alone, the overdue follow-ups through ``next_check_at`` (closed cases
-have none), the inbound backlog through ``recon_inbound_processing``. ``docs/operator.md`` has
-their plans at a million cases.
+have none), the inbound backlog through ``recon_inbound_processing``. ``docs/roles/operator.md``
+has their plans at a million cases.
 
 ``GAUGES`` lists the readers in order. A reader is a function of ``now`` yielding metric
 families; adding a gauge (the notification backlog, ``holdfast_notifications_pending``, when

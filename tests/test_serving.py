@@ -209,7 +209,8 @@ def test_gunicorn_serves_the_app_static_files_and_health(tmp_path, served_databa
         assert "camera=()" in login.headers["Permissions-Policy"]
 
         # The API speaks JSON only: no browsable HTML, even to a browser.
-        api = httpx.get(f"{url}/api/cases/", headers={**HTTPS, "Accept": "text/html"}, timeout=10)
+        browser = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+        api = httpx.get(f"{url}/api/cases/", headers={**HTTPS, "Accept": browser}, timeout=10)
         assert api.status_code == 401
         assert api.headers["Content-Type"] == "application/json", api.text[:200]
 
