@@ -562,8 +562,9 @@ def _claim_won(
     )
 
 
-# How a previous attempt ends when its operation's fate was uncertain: a claim after one of
-# these takes the operation over (a reconciliation proved it absent in between).
+# How a previous attempt ends when its worker's fate was uncertain: a claim after one of these
+# takes the case over (a reconciliation proved the operation absent in between, or the missing
+# worker had confirmed the change and the steps after it resume).
 _UNCERTAIN_ENDINGS = (
     Attempt.State.LEASE_EXPIRED,
     Attempt.State.EFFECT_UNKNOWN,

@@ -169,9 +169,9 @@ LEASE_EXPIRIES = Counter(
 )
 TAKEOVERS = Counter(
     "holdfast_apply_takeovers",
-    "Claims that take over an operation whose previous attempt's outcome was uncertain, by how "
-    "that attempt ended (lease_expired, effect_unknown, fenced): each came after a "
-    "reconciliation proved the operation absent.",
+    "Claims that take a case over from an attempt that ended uncertain, by how it ended "
+    "(lease_expired, effect_unknown, fenced): after a reconciliation proved the operation "
+    "absent, or to resume the steps after a change the missing worker had confirmed.",
     ["after"],
 )
 
