@@ -4,12 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser run test lint clean drill bench
+.PHONY: install browser run test lint clean drill bench docs docs-states docs-screenshots
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet ".[test]"
+	$(PY) -m pip install --quiet ".[test,docs]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -50,6 +50,18 @@ lint: install
 	$(VENV)/bin/lint-imports
 	$(PY) -m mypy cases approvals reconciliation config lab tests/support
 	$(PY) -m mypy --config-file orders/mypy.ini orders
+
+# The docs (mkdocs-material), built offline and strictly (a broken link or a missing screenshot
+# fails) into var/site/. docs-states regenerates the state picture from the state machine;
+# docs-screenshots retakes the role guides' screenshots with the browser suite.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
+docs-states: install
+	$(PY) -m config.statedoc
+
+docs-screenshots: install browser
+	DOCS_SCREENSHOTS=1 $(PY) -m pytest tests/browser/test_role_pages.py -q -p no:schemathesis
 
 clean:
 	rm -rf var build *.egg-info

@@ -11,6 +11,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import (
@@ -73,6 +74,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Content-Security-Policy and Permissions-Policy on every response (see below).
+    "csp.middleware.CSPMiddleware",
+    "config.headers.PermissionsPolicyMiddleware",
     # Static files from STATIC_ROOT (collectstatic), before sessions and auth do any work.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -246,6 +250,11 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "cases.api_errors.exception_handler",
+    # JSON only in production; the browsable HTML API helps development alone.
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        *([] if PRODUCTION else ["rest_framework.renderers.BrowsableAPIRenderer"]),
+    ],
     # JSON nested deeper than the parser allows is a 400, not a RecursionError.
     "DEFAULT_PARSER_CLASSES": [
         "cases.parsers.BoundedJSONParser",
@@ -348,13 +357,84 @@ if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
     raise ImproperlyConfigured("Q_RETRY must exceed Q_TIMEOUT (no concurrent re-delivery).")
 
 # --- Logging -------------------------------------------------------------------------------
+# One line per record on standard error: JSON objects (production's default) or text. Every
+# line carries the case, operation, attempt, fencing token and worker it is about
+# (cases.logcontext; config.logs).
+LOG_FORMAT = env_str("LOG_FORMAT", "json" if PRODUCTION else "text")
+if LOG_FORMAT not in {"json", "text"}:
+    raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r}: use json or text.")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "cases.logcontext.ContextFilter"}},
+    "formatters": {
+        "json": {"()": "config.logs.JsonFormatter"},
+        "text": {"()": "config.logs.TextFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["context"],
+        }
+    },
+    # django-q2 adds a handler of its own only when none is configured: its lines come here.
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
+
+# --- Metrics (/metrics, Prometheus text format) ---------------------------------------------
+# Open in development (unless METRICS_TOKEN is set); in production it needs "Authorization:
+# Bearer <METRICS_TOKEN>" and a directory shared by the host's processes
+# (PROMETHEUS_MULTIPROC_DIR, read by prometheus-client itself: see reconciliation.metrics).
+# METRICS_ENABLED=0 answers 404 and needs neither.
+METRICS_ENABLED = env_bool("METRICS_ENABLED", True)
+METRICS_TOKEN = ""
+if METRICS_ENABLED:
+    # Development: open unless a token is set; production: required, at least 32 characters.
+    METRICS_TOKEN = env_secret("METRICS_TOKEN", "", production=PRODUCTION)
+    if PRODUCTION:
+        _metrics_dir = env_str("PROMETHEUS_MULTIPROC_DIR", "")
+        if not _metrics_dir or not Path(_metrics_dir).is_dir():
+            raise ImproperlyConfigured(
+                "Set PROMETHEUS_MULTIPROC_DIR to an existing directory that every Holdfast "
+                "process of the host shares (or METRICS_ENABLED=0) when DJANGO_ENV=production."
+            )
+
+# --- What a page may do in the browser -------------------------------------------------------
+# Scripts only from Holdfast's own origin (no inline script, no eval): the admin, the live
+# pages (cases/static/holdfast/live.js), Swagger UI (drf-spectacular-sidecar, its init script
+# served as a file: SpectacularSwaggerSplitView) and the browser suite run under it with no
+# violation (tests/browser/test_content_security_policy.py). Styles allow 'unsafe-inline':
+# Django's admin, Swagger UI and Holdfast's templates set style attributes and <style> blocks.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, "'unsafe-inline'"],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
+# Features no page uses, refused to every frame (config.headers).
+PERMISSIONS_POLICY = [
+    (feature, ())
+    for feature in (
+        "accelerometer",
+        "camera",
+        "display-capture",
+        "geolocation",
+        "gyroscope",
+        "magnetometer",
+        "microphone",
+        "payment",
+        "usb",
+    )
+]
 
 # --- Production hardening (manage.py check --deploy stays clean) ---------------------------
 if PRODUCTION:

@@ -58,6 +58,7 @@ from cases.kernel import (
     record_fact,
     writes_batched,
 )
+from cases.logcontext import log_context
 from cases.models import (
     Attempt,
     Case,
@@ -67,6 +68,7 @@ from cases.models import (
 )
 from cases.retries import retries_reset
 from cases.rows import locked, prepared_cursor, update
+from reconciliation import metrics
 from reconciliation.claims import (
     Claimed,
     ClaimRefused,
@@ -195,7 +197,17 @@ def _claim_and_run(
         return RECOVERY_REQUIRED
     if claimed is None:
         return None
-    return run_attempt(attempt_id=claimed.attempt.pk, client=client, worker=worker, claimed=claimed)
+    attempt = claimed.attempt
+    with log_context(
+        case=claimed.case.reference,
+        operation=claimed.operation.key,
+        attempt=attempt.reference,
+        fencing_token=attempt.fencing_token,
+        worker=worker.label,
+    ):
+        outcome = run_attempt(attempt_id=attempt.pk, client=client, worker=worker, claimed=claimed)
+        logger.info("%s ended: %s", attempt.reference, outcome)
+    return outcome
 
 
 @dataclass(frozen=True)
@@ -206,6 +218,7 @@ class _Authority:
     approval_id: int
     grant: str
     evidence_order_version: int
+    decided_at: dt.datetime | None = None
 
 
 def _authority(attempt: Attempt, claimed: Claimed | None) -> _Authority | None:
@@ -213,7 +226,10 @@ def _authority(attempt: Attempt, claimed: Claimed | None) -> _Authority | None:
         if claimed.approval_id is None:
             return None
         return _Authority(
-            claimed.approval_id, claimed.approval_grant, claimed.evidence_order_version
+            claimed.approval_id,
+            claimed.approval_grant,
+            claimed.evidence_order_version,
+            claimed.approval_decided_at,
         )
     from approvals.services import live_approval, open_proposal
 
@@ -221,7 +237,9 @@ def _authority(attempt: Attempt, claimed: Claimed | None) -> _Authority | None:
     proposal = open_proposal(attempt.case)
     if approval is None or proposal is None:
         return None
-    return _Authority(approval.pk, approval.grant, proposal.evidence_order_version)
+    return _Authority(
+        approval.pk, approval.grant, proposal.evidence_order_version, approval.decided_at
+    )
 
 
 def run_attempt(
@@ -243,6 +261,7 @@ def run_attempt(
     plan: Notify | None = None
     if attempt.operation.confirmed_at is None:
         outcome, plan = _apply_step(attempt, client, worker, claimed)
+        metrics.apply_outcome(outcome)
         if outcome != "confirmed":
             return outcome
         _reached("after_confirm")
@@ -293,6 +312,7 @@ def _apply_step(
     if why:
         looked = _look_before_write(attempt, client, worker, why, then_notify=then_notify)
         if looked is not None:
+            _observe_latency(looked[0], authority)
             return looked
     _reached("after_claim")  # a drill may stop this worker here
     if not _mark_submitting(attempt, authority):
@@ -310,7 +330,15 @@ def _apply_step(
     except OrderSystemError as exc:
         return attempt_record_refusal(attempt, worker, exc), None
     _reached("after_submit")
-    return _record_applied(attempt, worker, result, then_notify=then_notify)
+    recorded = _record_applied(attempt, worker, result, then_notify=then_notify)
+    _observe_latency(recorded[0], authority)
+    return recorded
+
+
+def _observe_latency(outcome: str, authority: _Authority) -> None:
+    """A confirmed apply step: the time from its approval to the confirmation."""
+    if outcome == "confirmed" and authority.decided_at is not None:
+        metrics.approval_to_applied((timezone.now() - authority.decided_at).total_seconds())
 
 
 def _may_have_been_sent(attempt: Attempt, claimed: Claimed | None = None) -> str:
