@@ -9,8 +9,7 @@ have none), the inbound backlog through ``recon_inbound_processing``. ``docs/rol
 has their plans at a million cases.
 
 ``GAUGES`` lists the readers in order. A reader is a function of ``now`` yielding metric
-families; adding a gauge (the notification backlog, ``holdfast_notifications_pending``, when
-the notification table lands) is one function and one line in ``GAUGES``. ``CASE_LABELS`` are
+families; adding a gauge is one function and one line in ``GAUGES``. ``CASE_LABELS`` are
 the labels the open-case count is grouped by (``("status", "kind")`` once cases have a kind).
 """
 
@@ -29,7 +28,15 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cases.models import OPEN_STATUSES, Case, CaseEvent, Status, WaitingOn
+from cases.models import (
+    OPEN_STATUSES,
+    Case,
+    CaseEvent,
+    Notification,
+    Status,
+    WaitingOn,
+    overdue_cutoff,
+)
 from reconciliation.health import worker_health
 from reconciliation.metrics import process_registry
 from reconciliation.models import InboundEvent
@@ -107,11 +114,33 @@ def overdue_follow_ups(now: dt.datetime) -> Iterator[Metric]:
     for waiting_on in WaitingOn.values:
         family.add_metric([waiting_on], counts.get(waiting_on, 0))
     yield family
-    latest = overdue.aggregate(oldest=Min("next_check_at"))["oldest"]
+    late = overdue.aggregate(check=Min("next_check_at"), person=Min("follow_up_at"))
+    cutoff = overdue_cutoff(now)
+    latest = min((t for t in late.values() if t is not None and t < cutoff), default=None)
     yield GaugeMetricFamily(
         "holdfast_cases_overdue_oldest_seconds",
-        "How late the most overdue follow-up is (seconds past its next check; 0 when none is).",
+        "How late the most overdue follow-up is (seconds past a person's follow-up time or the "
+        "next check; 0 when none is).",
         value=_seconds(now, latest),
+    )
+
+
+def notification_backlog(now: dt.datetime) -> Iterator[Metric]:
+    """Staff notifications whose email is still to go (pending or being sent), through the
+    delivery sweep's own partial index, and how long the oldest has waited."""
+    undelivered = Notification.objects.filter(
+        email_state__in=[Notification.Email.PENDING, Notification.Email.SENDING]
+    )
+    yield GaugeMetricFamily(
+        "holdfast_notifications_pending",
+        "Staff notifications whose email is not delivered yet (pending or being sent).",
+        value=undelivered.count(),
+    )
+    oldest = undelivered.aggregate(oldest=Min("created_at"))["oldest"]
+    yield GaugeMetricFamily(
+        "holdfast_notifications_oldest_pending_seconds",
+        "Seconds the oldest undelivered staff notification has waited (0 when none does).",
+        value=_seconds(now, oldest),
     )
 
 
@@ -184,6 +213,7 @@ GAUGES: list[GaugeReader] = [
     oldest_in_status,
     overdue_follow_ups,
     inbound_backlog,
+    notification_backlog,
     workers,
 ]
 

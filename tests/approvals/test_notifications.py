@@ -268,3 +268,17 @@ def test_the_unread_count_is_one_lookup_on_its_partial_index(case, approver):
         cursor.execute(f"EXPLAIN {count}")
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "notification_unread_idx" in plan, plan
+
+
+def test_undelivered_mail_shows_on_the_next_scrape_as_the_notification_backlog(
+    checked_case, dual, approver, second_approver, submit
+):
+    from tests.reconciliation.test_metrics import scrape, value
+
+    assert value(scrape(), "holdfast_notifications_pending") == 0
+    submit(checked_case, dual)
+    samples = scrape()
+    told = Notification.objects.filter(email_state=Notification.Email.PENDING).count()
+    assert told == 2  # both eligible approvers, by name
+    assert value(samples, "holdfast_notifications_pending") == told
+    assert value(samples, "holdfast_notifications_oldest_pending_seconds") < 60
