@@ -24,6 +24,8 @@ MEANING = {
     "waiting_source": "Waiting for the order system: a worker reads the order as evidence.",
     "preparing_proposal": "A worker prepares one exact proposal from the current evidence.",
     "awaiting_review": "An approver decides the exact proposal (never its author).",
+    "proposal_rejected": "The approver rejected the proposal: the responsible person prepares "
+    "another one (or cancels), by the follow-up time. No worker is at it.",
     "ready": "Approved and queued. A queue position, not a permission: every guard is checked "
     "again at the claim.",
     "applying": "One worker's attempt holds a lease and a fencing token and sends the change.",
