@@ -192,8 +192,11 @@ def run_schedules(
     show_steps: bool = False,
 ) -> Outcome:
     outcome = Outcome()
-    # One line per request would drown the report (and cost time).
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    # One line per request would drown the report (and cost time); the level is put back
+    # after, so a process that runs schedules (the test suite) logs its requests again.
+    httpx_logger = logging.getLogger("httpx")
+    httpx_level = httpx_logger.level
+    httpx_logger.setLevel(logging.WARNING)
     timeouts = {**settings.ORDER_SYSTEM_TIMEOUTS, "read": 5.0}
     names = ("w1", "w2", "w3", "system")
     clients = {name: SimClient(orders.base_url, timeouts=timeouts) for name in names}
@@ -231,5 +234,6 @@ def run_schedules(
     finally:
         for name in names:
             clients[name].close()
+        httpx_logger.setLevel(httpx_level)
     outcome.seconds = time.monotonic() - started
     return outcome
