@@ -20,6 +20,8 @@ from django.db.models.functions import Upper
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
+from cases.append_only import GuardedModel, GuardedQuerySet
+
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
@@ -679,8 +681,26 @@ class CancellationRequest(models.Model):
         return f"Cancellation of {self.case_id} ({self.outcome})"
 
 
-class Attempt(models.Model):
-    """One worker's claim on a case (D-41-a1). Never reused; each carries a higher token."""
+class Attempt(GuardedModel):
+    """One worker's claim on a case (D-41-a1). Never reused; each carries a higher token.
+
+    Its identity never changes and it is never deleted; only the columns in ``MUTABLE`` (its
+    state, lease, heartbeat and confirmed steps) are written after the claim
+    (``cases.append_only``; on PostgreSQL also a trigger and the app role's column grants).
+    """
+
+    MUTABLE = frozenset(
+        {
+            "state",
+            "lease_expires_at",
+            "heartbeat_at",
+            "last_confirmed_step",
+            "submitted_at",
+            "last_error",
+            "cancel_requested_at",
+            "finished_at",
+        }
+    )
 
     class State(models.TextChoices):
         RUNNING = "running", "Running"
@@ -731,8 +751,12 @@ class Attempt(models.Model):
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    objects = GuardedQuerySet.as_manager()
+
     class Meta:
         ordering = ["case", "sequence"]
+        # Related managers and the ORM's internals go through the guarded queryset too.
+        base_manager_name = "objects"
         constraints = [
             models.UniqueConstraint(fields=["case", "sequence"], name="attempt_seq_per_case"),
             models.UniqueConstraint(
