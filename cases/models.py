@@ -619,6 +619,41 @@ class CaseEvent(models.Model):
         raise PermissionError("Case events are append-only.")
 
 
+class AccountEvent(GuardedModel):
+    """Append-only audit trail of a customer account itself: created, verified, its details
+    changed, its access revoked. Written only by the account services
+    (``cases.account_events.account_event_record``, under the account's row lock), in the same
+    transaction as the change; each event is a link in its account's hash chain
+    (``cases/audit.py``, checked by ``manage.py audit_verify``). Never changed or deleted
+    (``cases.append_only``; a trigger on PostgreSQL, ``cases`` 0018)."""
+
+    account = models.ForeignKey(CustomerAccount, on_delete=models.PROTECT, related_name="events")
+    action = models.CharField(
+        max_length=80, help_text="cases.codes.AccountAction, e.g. cases.account.verified"
+    )
+    reason = models.TextField(blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    actor_label = models.CharField(
+        max_length=120, help_text="Who or what acted: a username, a worker id, or 'system'."
+    )
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    prev_hash = models.CharField(max_length=64, blank=True, editable=False)
+    hash = models.CharField(max_length=64, editable=False)
+
+    objects = GuardedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["account", "id"]
+        indexes = [models.Index(fields=["account", "id"], name="account_event_chain_idx")]
+        base_manager_name = "objects"
+
+    def __str__(self) -> str:
+        return f"{self.account_id} {self.action}"
+
+
 class EvidenceReference(models.Model):
     """A pointer to permitted evidence in another system, never a copy of the messages."""
 
