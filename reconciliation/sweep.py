@@ -41,6 +41,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from cases import scheduling
+from reconciliation import stopping
 from reconciliation.claims import attempts_expire_leases
 from reconciliation.dispatch import dispatch_due
 from reconciliation.models import InboundEvent
@@ -155,7 +156,11 @@ def sweeper_lock() -> Iterator[bool]:
 
 def sweeper_run(*, duration: float | None = None, successor: bool = True) -> str:
     """The cluster's sweeper: sweep every ``SWEEP_INTERVAL_SECONDS`` for ``duration`` seconds
-    (default: three quarters of the task timeout), then enqueue the next sweeper."""
+    (default: three quarters of the task timeout), then enqueue the next sweeper.
+
+    When its cluster is told to stop (SIGTERM), it ends after the pass under way and enqueues
+    no successor (``reconciliation.stopping``): the next cluster's workers ask for one when
+    they start."""
     interval = sweep_interval()
     if duration is None:
         duration = max(interval, settings.Q_CLUSTER["timeout"] * 0.75 - interval)
@@ -164,13 +169,15 @@ def sweeper_run(*, duration: float | None = None, successor: bool = True) -> str
     with sweeper_lock() as mine:
         if not mine:
             return "another sweeper is running"
-        while True:
+        while not stopping.stopping():
             started = time.monotonic()
             sweep_once_or_reconnect()
             passes += 1
             if started + interval >= deadline:
                 break
-            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+            stopping.sleep(interval - (time.monotonic() - started))
+    if stopping.stopping():
+        return f"swept {passes} times; stopped with the cluster"
     if successor:
         scheduling.enqueue(SWEEPER_TASK)
     return f"swept {passes} times"
