@@ -178,3 +178,31 @@ def test_make_run_refuses_production(tmp_path):
     assert result.returncode == 2
     assert "development stack" in result.stderr
     assert not (tmp_path / "holdfast.sqlite3").exists()
+
+
+def test_the_connection_pool_is_bounded_for_web_processes_and_refused_for_workers(tmp_path):
+    pool = {
+        "DATABASE_URL": "postgres://holdfast_app@db.internal:5432/holdfast",
+        "DB_POOL_MAX_SIZE": "4",
+        "DB_POOL_TIMEOUT": "2.5",
+    }
+    env = _env("config.settings", tmp_path, **pool)
+    shown = _run(
+        env,
+        "-c",
+        "from django.conf import settings as s; d = s.DATABASES['default']; "
+        "print(d['OPTIONS']['pool'], d['CONN_MAX_AGE'])",
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == "{'min_size': 1, 'max_size': 4, 'timeout': 2.5} 0"
+
+    worker = _run(env, "manage.py", "qcluster")
+    assert worker.returncode != 0
+    assert "DB_POOL_MAX_SIZE is for web processes" in worker.stderr
+    off = _run(_env("config.settings", tmp_path), "-c", _POOL_OFF)
+    assert off.stdout.strip() == "None", off.stderr
+
+
+_POOL_OFF = (
+    "from django.conf import settings as s; print(s.DATABASES['default']['OPTIONS'].get('pool'))"
+)
