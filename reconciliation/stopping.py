@@ -33,9 +33,9 @@ def cluster_stop_event() -> Any:
     if _found is None or _found[0] != os.getpid():
         from django_q.cluster import Sentinel
 
-        event = next(
-            (obj.stop_event for obj in gc.get_objects() if isinstance(obj, Sentinel)), None
-        )
+        # ``type()``, not ``isinstance``: the heap holds weak proxies, and asking a dead one
+        # for its class raises.
+        event = next((obj.stop_event for obj in gc.get_objects() if type(obj) is Sentinel), None)
         _found = (os.getpid(), event)
     return _found[1]
 
