@@ -4,12 +4,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser run test lint clean drill bench
+.PHONY: install browser run test lint clean drill bench docs docs-states docs-screenshots
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet ".[test]"
+	$(PY) -m pip install --quiet ".[test,docs]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -32,12 +32,12 @@ drill: install
 	ORDER_SYSTEM_URL=http://127.0.0.1:$(ORDER_SYSTEM_PORT) $(PY) manage.py drill \
 		--holdfast-url http://127.0.0.1:$(HOLDFAST_PORT)/ $(DRILL_ARGS)
 
-# Measurements on PostgreSQL, in a bench_* database it writes to (reconciliation/management/
-# commands/bench.py). DEBUG off: Django's query log would slow the measured paths.
+# Measurements on PostgreSQL, in a bench_* database it writes to (manage.py bench_hot_paths,
+# lab/bench/). DEBUG off: Django's query log would slow the measured paths.
 bench: install
 	DEBUG=0 DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/bench_holdfast} \
-		sh -c '$(PY) -m reconciliation.benchmarks.database "$$DATABASE_URL" && \
-		$(PY) manage.py migrate --no-input -v 0 && $(PY) manage.py bench $(BENCH_ARGS)'
+		sh -c '$(PY) -m lab.bench.database "$$DATABASE_URL" && \
+		$(PY) manage.py migrate --no-input -v 0 && $(PY) manage.py bench_hot_paths $(BENCH_ARGS)'
 
 test: install browser
 	$(PY) tests/run_suites.py $(PYTEST_ARGS)
@@ -48,8 +48,20 @@ lint: install
 	$(PY) manage.py makemigrations --check --dry-run
 	DJANGO_SETTINGS_MODULE=orders.settings $(PY) -m django makemigrations orders --check --dry-run
 	$(VENV)/bin/lint-imports
-	$(PY) -m mypy cases approvals reconciliation config tests/support
+	$(PY) -m mypy cases approvals reconciliation config lab tests/support
 	$(PY) -m mypy --config-file orders/mypy.ini orders
+
+# The docs (mkdocs-material), built offline and strictly (a broken link or a missing screenshot
+# fails) into var/site/. docs-states regenerates the state picture from the state machine;
+# docs-screenshots retakes the role guides' screenshots with the browser suite.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet
+
+docs-states: install
+	$(PY) -m config.statedoc
+
+docs-screenshots: install browser
+	DOCS_SCREENSHOTS=1 $(PY) -m pytest tests/browser/test_role_pages.py -q -p no:schemathesis
 
 clean:
 	rm -rf var build *.egg-info

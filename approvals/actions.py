@@ -12,7 +12,13 @@ register(
         words="prepare a proposal by hand (e.g. a date the customer confirmed)",
         permission="cases.work_case",
         available=lambda case: (
-            case.status in {Status.PREPARING_PROPOSAL, Status.AWAITING_REVIEW, Status.READY}
+            case.status
+            in {
+                Status.PREPARING_PROPOSAL,
+                Status.AWAITING_REVIEW,
+                Status.PROPOSAL_REJECTED,
+                Status.READY,
+            }
         ),
         form="prepare",
         order=70,

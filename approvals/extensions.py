@@ -1,19 +1,22 @@
 """What approvals plugs into the kernel's extension points (``cases.extensions``).
 
 Registered once from ``ApprovalsConfig.ready``: the review queue (its admin list polls it), its
-line on the admin home, who may decide a case awaiting review, and the withdrawal of the open
-proposal when a person asks for the order to be read again.
+line on the admin home, who may decide a case awaiting review, the decision page a notification
+to decide leads to, the decisions a person may take ("Mine to answer now"), and the withdrawal
+of the open proposal when a person asks for the order to be read again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db.models import QuerySet
 from django.urls import reverse
 
 from approvals.models import Proposal
-from approvals.selectors import eligible_approvers, review_queue_for
+from approvals.selectors import eligible_approvers, proposals_decidable_by, review_queue_for
 from approvals.services import proposals_withdraw_open
 from cases import extensions
 from cases.extensions import Viewer
@@ -27,6 +30,19 @@ def deciders_of(case: Case) -> Sequence[AbstractBaseUser] | None:
     if proposal is None:
         return None
     return eligible_approvers(proposal)
+
+
+def decision_path(case: Case) -> str | None:
+    """The decision page of the case's proposal awaiting review, or None."""
+    proposal = case.proposals.filter(status=Proposal.Status.AWAITING_REVIEW).first()
+    if proposal is None:
+        return None
+    return reverse("admin:approvals_proposal_change", args=[proposal.pk])
+
+
+def decisions_of(user: Viewer) -> QuerySet[Any]:
+    """The ids of the cases whose proposal ``user`` may decide now (four eyes)."""
+    return proposals_decidable_by(user).values("case_id")
 
 
 def _review_count(user: Viewer) -> int:
@@ -51,4 +67,6 @@ def register() -> None:
         extensions.DashboardTile("Proposals awaiting review", _review_count, _review_url, order=50)
     )
     extensions.register_deciders(deciders_of)
+    extensions.register_decision_path(decision_path)
+    extensions.register_decisions(decisions_of)
     extensions.register_before_evidence_replaced(withdraw_before_new_evidence)

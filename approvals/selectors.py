@@ -11,6 +11,7 @@ from django.db.models import Q, QuerySet
 from approvals.models import Approval, Operation, Proposal, ProposalAuthor
 from cases.kernel import actor_may, actor_team_ids
 from cases.models import EvidenceReference, Team
+from cases.models import Status as CaseStatus
 from cases.selectors import scoped_to_teams
 
 
@@ -28,6 +29,23 @@ def review_queue_for(user) -> QuerySet[Proposal]:
         proposals_for(user)
         .filter(status=Proposal.Status.AWAITING_REVIEW)
         .order_by("submitted_at", "pk")
+    )
+
+
+def proposals_decidable_by(user) -> QuerySet[Proposal]:
+    """The proposals awaiting review that ``user`` may decide now: the service's own rule
+    (``services._decidable``: an active person with the approve permission in the case's team,
+    a superuser anywhere, never an author of the intent nor the preparer), as one query. The
+    same people :func:`eligible_approvers` lists for each proposal (a test checks both ways)."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return Proposal.objects.none()
+    if not (user.is_superuser or user.has_perm("approvals.approve_proposal")):
+        return Proposal.objects.none()
+    return (
+        review_queue_for(user)
+        .filter(case__status=CaseStatus.AWAITING_REVIEW)
+        .exclude(authors__user=user)
+        .exclude(prepared_by=user)
     )
 
 

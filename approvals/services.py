@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -23,6 +24,7 @@ from approvals.selectors import author_roles_of, own_proposal_reason
 from cases.codes import Action
 from cases.exceptions import ActionNotPermitted, InvalidCaseInput, TransitionRejected
 from cases.fencing import counter_next
+from cases.followups import FollowUp, follow_up_for
 from cases.kernel import (
     KEEP,
     Actor,
@@ -37,7 +39,7 @@ from cases.kernel import (
     record_fact,
     user_or_none,
 )
-from cases.models import Case, CaseEvent, Status, WaitingOn
+from cases.models import Case, CaseEvent, Status, WaitingOn, WaitReason
 from cases.retries import retries_reset
 from cases.scheduling import enqueue_on_commit
 
@@ -241,6 +243,14 @@ def proposal_prepare(
         case, actor=actor, permission="cases.work_case", what="prepare proposals"
     ) as case:
         _refuse_if_revoked(case)
+        if case.status == Status.PROPOSAL_REJECTED and not isinstance(actor, Worker):
+            # The last proposal was rejected: a person prepares the next one (never a worker).
+            apply_transition(
+                case,
+                "prepare_again",
+                actor=actor,
+                reason="Preparing another proposal after the rejection",
+            )
         if case.status != Status.PREPARING_PROPOSAL:
             raise TransitionRejected(
                 f"{case.reference} is {case.get_status_display().lower()}: proposals are "
@@ -309,20 +319,31 @@ def proposal_prepare(
     return proposal
 
 
-def review_due_at(submitted_at: dt.datetime) -> dt.datetime:
-    """When the approvers are late on a proposal submitted at ``submitted_at``."""
-    return submitted_at + dt.timedelta(minutes=settings.APPROVAL_REVIEW_SLA_MINUTES)
+def review_follow_up(case: Case, start: dt.datetime | None = None) -> FollowUp:
+    """The review's clock for ``case`` from ``start`` (now): when its approvers are late, by
+    the follow-up policy for a review wait (``cases.followups``; by default
+    ``APPROVAL_REVIEW_SLA_MINUTES``). The case's next check is the same time."""
+    return follow_up_for(case, WaitReason.AWAITING_REVIEW, start)
+
+
+def review_deadline(case: Case) -> dict[str, Any]:
+    """``apply_transition``'s arguments for a case that goes back to review now: its next
+    check and its follow-up are the review deadline."""
+    clock = review_follow_up(case)
+    return {"next_check_at": clock.due_at, "follow_up": clock}
 
 
 def _submit(case: Case, proposal: Proposal, actor: Actor) -> None:
-    """Submit for review. The case's follow-up becomes the review deadline, so an overdue case
-    awaiting review means its approvers are late (no worker acts on awaiting-review cases)."""
+    """Submit for review. The case's follow-up and next check become the review deadline, so
+    an overdue case awaiting review means its approvers are late (no worker acts on
+    awaiting-review cases)."""
     operation = _operation_for(case, proposal.order_id, proposal.delivery_date)
     proposal.operation = operation
     proposal.status = Proposal.Status.AWAITING_REVIEW
     proposal.submitted_at = timezone.now()
     proposal.save(update_fields=["operation", "status", "submitted_at"])
-    due = review_due_at(proposal.submitted_at)
+    clock = review_follow_up(case, proposal.submitted_at)
+    due = clock.due_at
     apply_transition(
         case,
         "submit_for_review",
@@ -334,6 +355,7 @@ def _submit(case: Case, proposal: Proposal, actor: Actor) -> None:
             "review_due_at": due.isoformat(),
         },
         next_check_at=due,
+        follow_up=clock,
     )
 
 
@@ -616,7 +638,7 @@ def approval_expire(
                 "operation_key": proposal.operation.key if proposal.operation else None,
             },
             # Back in review: the approvers are late again after the review deadline.
-            next_check_at=review_due_at(timezone.now()),
+            **review_deadline(case),
         )
     return True
 

@@ -14,7 +14,7 @@ Three layers hold this, as for the events (README, "Database roles and the audit
 application's database role is granted no more (``UPDATE`` only on the columns that may
 change, no ``DELETE`` or ``TRUNCATE``); on PostgreSQL a trigger refuses the rest from any
 role that cannot act as the table's owner with ``holdfast.maintenance`` set
-(``cases/migrations/0017_append_only_attempts.py``, ``approvals/migrations/0006``); and here the
+(``cases/migrations/0021_append_only_attempts.py``, ``approvals/migrations/0006``); and here the
 model and its queryset refuse the same writes before they reach the database, which is the
 guard SQLite has.
 

@@ -34,6 +34,7 @@ MAIN_LINE: tuple[str, ...] = (
 )
 BRANCHES: tuple[str, ...] = (
     Status.HELD,
+    Status.PROPOSAL_REJECTED,
     Status.NEEDS_ATTENTION,
     Status.CANCELLED,
     Status.STOPPED,
@@ -268,7 +269,8 @@ TRANSITION_WORDS: dict[str, tuple[str, str]] = {
     "source_changed": ("The order changed: the proposal and any approval are void", "alert"),
     "submit_for_review": ("Submitted for review by {actor}", ""),
     "approve": ("Approved by {actor}", "good"),
-    "reject": ("Rejected by {actor}", "alert"),
+    "reject": ("Rejected by {actor}: a person prepares another proposal", "alert"),
+    "prepare_again": ("Another proposal is prepared by {actor}", ""),
     "revise": ("The intended change was revised by {actor}", ""),
     "approval_expired": ("The approval expired: a fresh decision is needed", "alert"),
     "claim": ("Claimed by {actor}", ""),
@@ -294,6 +296,7 @@ ACTION_WORDS: dict[Action, tuple[str, str]] = {
     Action.CASE_CLAIMED: ("Claimed by {actor} as {attempt}", ""),
     Action.CASE_REASSIGNED: ("Reassigned by {actor}: owner {owner}, backup {backup}", ""),
     Action.CASE_FOLLOWUP_UPDATED: ("Follow-up updated by {actor}", ""),
+    Action.FOLLOW_UP_DUE: ("The follow-up time passed: a reminder was sent", "alert"),
     Action.CASE_INTENT_CHANGED: ("The requested date changed to {to_date}", ""),
     Action.CASE_RESPONSIBILITY_TO_BACKUP: ("Responsibility passed to the named backup", ""),
     Action.CASE_RESPONSIBILITY_TO_OWNER: ("Responsibility returned to the owner", ""),
@@ -322,7 +325,8 @@ ACTION_WORDS: dict[Action, tuple[str, str]] = {
         "The lease of {attempt} expired: the worker went silent",
         "alert",
     ),
-    Action.ATTEMPT_SLOT_RELEASED: ("{attempt} released its claim", ""),
+    Action.ATTEMPT_CLAIM_RELEASED: ("{attempt} released its claim", ""),
+    Action.ATTEMPT_CLAIM_RELEASED_LEGACY: ("{attempt} released its claim", ""),
     Action.ATTEMPT_LATE_RESULT_RECORDED: (
         "A late result from {attempt} was recorded as evidence",
         "",

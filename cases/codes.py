@@ -3,10 +3,10 @@
 Invariants:
 
 - *One list.* Every code passed to ``record_event`` / ``record_fact`` (in ``cases``,
-  ``approvals`` and ``reconciliation``, drills and simulation included) is a member here; the
-  writer converts with ``Action(action)``, so an unregistered code raises ``ValueError``
-  before anything is written, and a test fails instead of the audit trail gaining a code the
-  timeline cannot tell.
+  ``approvals`` and ``reconciliation``, the lab's drills and simulation included) is a member
+  here; the writer converts with ``Action(action)``, so an unregistered code raises
+  ``ValueError`` before anything is written, and a test fails instead of the audit trail
+  gaining a code the timeline cannot tell.
 - *Stored values never change.* A member's value is the string already stored in the
   database (``"cases.revocation.requested"``). Renaming a member is free; changing a value
   would orphan every stored event with the old one, so it needs a data migration.
@@ -34,6 +34,8 @@ class Action(enum.StrEnum):
     CASE_CLAIMED = "cases.case.claimed"
     CASE_REASSIGNED = "cases.case.reassigned"
     CASE_FOLLOWUP_UPDATED = "cases.case.followup_updated"
+    # A person's follow-up time passed: the reminder (``cases.reminders``).
+    FOLLOW_UP_DUE = "cases.follow_up.due"
     CASE_INTENT_CHANGED = "cases.case.intent_changed"
     CASE_RESPONSIBILITY_TO_BACKUP = "cases.case.responsibility_to_backup"
     CASE_RESPONSIBILITY_TO_OWNER = "cases.case.responsibility_to_owner"
@@ -53,7 +55,10 @@ class Action(enum.StrEnum):
     ATTEMPT_CANCEL_REQUESTED = "cases.attempt.cancel_requested"
     ATTEMPT_WORKER_STOPPED = "cases.attempt.worker_stopped"
     ATTEMPT_LEASE_EXPIRED = "cases.attempt.lease_expired"
-    ATTEMPT_SLOT_RELEASED = "cases.attempt.slot_released"
+    ATTEMPT_CLAIM_RELEASED = "cases.attempt.claim_released"
+    # The same fact as stored before it was renamed (an attempt's claim was called its
+    # "execution slot", apart from a delivery slot): read in old events, never written again.
+    ATTEMPT_CLAIM_RELEASED_LEGACY = "cases.attempt.slot_released"
     ATTEMPT_LATE_RESULT_RECORDED = "cases.attempt.late_result_recorded"
     ATTEMPT_LATE_RESULT_REFUSED = "cases.attempt.late_result_refused"
     STEP_APPLIED = "cases.step.applied"

@@ -144,6 +144,49 @@ def case_deciders(case: Case) -> Sequence[AbstractBaseUser] | None:
     return _deciders[0](case)
 
 
+# The page where the decision ``case`` waits for is taken (approvals: the proposal's), as a
+# path; None when nothing awaits one. Where a notification to decide leads.
+DecisionPath = Callable[[Case], str | None]
+
+_decision_paths: list[DecisionPath] = []
+
+
+def register_decision_path(provider: DecisionPath) -> DecisionPath:
+    """Set the one provider of the decision page of a case (a second call replaces it)."""
+    _decision_paths[:] = [provider]
+    return provider
+
+
+def case_decision_path(case: Case) -> str | None:
+    if not _decision_paths:
+        return None
+    return _decision_paths[0](case)
+
+
+# --- the decisions a person may take now (the "Mine to answer now" tile and list) ----------
+
+# Given a person, the ids of the cases whose awaited decision they may take now, as a
+# queryset of case ids (approvals: the proposals awaiting review they may decide, by the
+# four-eyes rule). Read only, scoped to the person's teams.
+DecisionsOf = Callable[[Viewer], QuerySet[Any]]
+
+_decisions: list[DecisionsOf] = []
+
+
+def register_decisions(provider: DecisionsOf) -> DecisionsOf:
+    """Set the one provider of "the decisions this person may take" (a second call replaces
+    it)."""
+    _decisions[:] = [provider]
+    return provider
+
+
+def decisions_of(user: Viewer) -> QuerySet[Any] | None:
+    """The case ids whose decision ``user`` may take now, or None with no provider."""
+    if not _decisions:
+        return None
+    return _decisions[0](user)
+
+
 # --- before the evidence is replaced (``cases.services.case_transition``) -------------------
 
 # Called as ``hook(case, reason)`` when a person asks for the order to be read again, before

@@ -24,10 +24,10 @@ The invariants every step keeps:
   ``cases.scheduling.enqueue_on_commit`` (``transaction.on_commit``), never run inside the
   step, so a rolled-back step leaves no work behind.
 
-This module imports only the kernel's lower modules (models, exceptions, fencing, scheduling, rows,
-validation, audit) and Django: services, actions and the apps above build on it. What the
-kernel cannot know itself (which transitions an actor may take now, for a 409's ``allowed``)
-is plugged in from above through :func:`set_allowed_now`.
+This module imports only the kernel's lower modules (models, exceptions, fencing, scheduling,
+rows, validation, audit, followups, notify) and Django: services, actions and the apps above
+build on it. What the kernel cannot know itself (which transitions an actor may take now, for
+a 409's ``allowed``) is plugged in from above through :func:`set_allowed_now`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ from django_fsm import can_proceed
 from cases.audit import event_hash
 from cases.codes import Action
 from cases.exceptions import ActionNotPermitted, TransitionRejected, VersionConflict
-from cases.models import TERMINAL_STATUSES, Case, CaseEvent, Team, WaitingOn
+from cases.followups import FollowUp, follow_up_refresh
+from cases.models import TERMINAL_STATUSES, Case, CaseEvent, Notification, Team, WaitingOn
+from cases.notify import notifications_for
 from cases.rows import chain_head, insert, locked, save_fields
 
 # --- actors -----------------------------------------------------------------------------------
@@ -177,6 +179,7 @@ class _Batch:
 
     fields: set[str] = field(default_factory=set)
     events: list[CaseEvent] = field(default_factory=list)
+    notifications: list[Notification] = field(default_factory=list)
 
 
 _BATCH = "_holdfast_writes_batched"  # the attribute of the locked case that holds its batch
@@ -203,14 +206,20 @@ def writes_batched(case: Case) -> Iterator[None]:
     if batch.fields:
         save_fields(case, sorted(batch.fields))
     insert(batch.events)
+    _insert_notifications(batch.notifications)
 
 
-def bump_and_save(case: Case, fields: list[str]) -> None:
+def bump_and_save(case: Case, fields: list[str], *, follow_up: FollowUp | None = None) -> None:
     """Move the case to its next version and save ``fields`` with it (inside
     :func:`writes_batched`: when that block ends). The caller holds the row lock and writes
-    exactly one event for the new version next (:func:`record_event`)."""
+    exactly one event for the new version next (:func:`record_event`).
+
+    The person's follow-up clock is brought in line with the wait the case is in now
+    (``cases.followups.follow_up_refresh``; ``follow_up``: the clock the caller worked out for
+    a new wait) and saved with it: whichever service moves a case, a wait on a person has its
+    clock and nothing else has one."""
     case.version += 1
-    names = {*fields, "version", "updated_at"}
+    names = {*fields, "version", "updated_at", *follow_up_refresh(case, preset=follow_up)}
     batch: _Batch | None = case.__dict__.get(_BATCH)
     if batch is not None:
         batch.fields.update(names)
@@ -292,11 +301,22 @@ def record_event(
         detail=detail,
         head=head,
     )
+    # Who is told of it, written with it (``cases.notify``): nothing is read when nobody is.
+    notifications = notifications_for(case, event)
     if batch is not None:
         batch.events.append(event)
+        batch.notifications += notifications
         return event
     event.save(force_insert=True)
+    _insert_notifications(notifications)
     return event
+
+
+def _insert_notifications(notifications: list[Notification]) -> None:
+    """Insert the notifications of events that now have their ids."""
+    for notification in notifications:
+        notification.event_id = notification.event.pk
+    insert(notifications)
 
 
 def record_fact(*, case: Case, action: Action, **event: Any) -> CaseEvent:
@@ -326,7 +346,8 @@ WAITING_AFTER: dict[str, tuple[str, str]] = {
     "source_changed": (WaitingOn.ORDER_SYSTEM, "The order changed; reading it again"),
     "submit_for_review": (WaitingOn.APPROVERS, "A proposal waits for an approver's decision"),
     "approve": (WaitingOn.WORKER, "Approved; queued for an authorized worker"),
-    "reject": (WaitingOn.OWNER, "The proposal was rejected; prepare another"),
+    "reject": (WaitingOn.OWNER, "The proposal was rejected: prepare another proposal"),
+    "prepare_again": (WaitingOn.OWNER, "Another proposal is being prepared by hand"),
     "revise": (WaitingOn.OWNER, "The intended change changed; a new proposal is needed"),
     "approval_expired": (WaitingOn.APPROVERS, "The approval expired; a fresh decision is needed"),
     "claim": (WaitingOn.WORKER, "A worker is applying the change"),
@@ -374,6 +395,7 @@ def apply_transition(
     waiting: tuple[str, str] | None = None,
     next_check_at: dt.datetime | None | Keep = KEEP,
     head: str | None = None,
+    follow_up: FollowUp | None = None,
     **changes: Any,
 ) -> CaseEvent:
     """Run transition ``name`` on a case locked by the caller, bump its version, save it and
@@ -381,8 +403,8 @@ def apply_transition(
     the transition's guards do not hold.
 
     ``changes`` are extra field values saved with the transition; ``next_check_at=KEEP`` (the
-    default) leaves the follow-up time alone, ``None`` clears it; ``head`` as for
-    :func:`record_event`. A terminal status closes the
+    default) leaves the next check alone, ``None`` clears it; ``head`` as for
+    :func:`record_event`; ``follow_up`` as for :func:`bump_and_save`. A terminal status closes the
     case: its closing time and retention date are set and its follow-up is cleared.
     """
     method = getattr(case, name)
@@ -409,7 +431,7 @@ def apply_transition(
         )
         case.next_check_at = None
         fields += ["closed_at", "retention_until", "next_check_at"]
-    bump_and_save(case, fields)
+    bump_and_save(case, fields, follow_up=follow_up)
     return record_event(
         case=case,
         action=Action.CASE_TRANSITIONED,

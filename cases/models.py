@@ -126,6 +126,8 @@ class Status(models.TextChoices):
     WAITING_SOURCE = "waiting_source", "Waiting for the order source"
     PREPARING_PROPOSAL = "preparing_proposal", "Preparing a proposal"
     AWAITING_REVIEW = "awaiting_review", "Awaiting review"
+    # A person must prepare another proposal (the last one was rejected): no worker acts.
+    PROPOSAL_REJECTED = "proposal_rejected", "Rejected: a person prepares another proposal"
     READY = "ready", "Ready to apply"
     APPLYING = "applying", "Applying"
     HELD = "held", "Held: a person must reconcile"
@@ -143,6 +145,7 @@ SENDABLE_STATUSES = (
     Status.WAITING_SOURCE,
     Status.PREPARING_PROPOSAL,
     Status.AWAITING_REVIEW,
+    Status.PROPOSAL_REJECTED,
     Status.READY,
 )
 
@@ -156,8 +159,36 @@ class WaitingOn(models.TextChoices):
     WORKER = "worker", "A background worker"
 
 
+# The waits that are a person's to answer: each has a follow-up time (``cases.followups``).
+PERSON_WAITS = frozenset({WaitingOn.OWNER, WaitingOn.APPROVERS, WaitingOn.CUSTOMER})
+
+
+class WaitReason(models.TextChoices):
+    """Why a case waits on a person: what a follow-up policy is set for (``FollowUpPolicy``)."""
+
+    UNVERIFIED = "unverified", "A new request waits for its account to be verified"
+    DRAFT = "draft", "A draft proposal waits for its author"
+    AWAITING_REVIEW = "awaiting_review", "A proposal awaits an approver's decision"
+    REJECTED = "rejected", "Rejected: a person prepares another proposal"
+    SUPERVISED = "supervised", "A person must start the apply (supervised)"
+    HELD = "held", "Held: a person must reconcile from evidence"
+    NEEDS_ATTENTION = "needs_attention", "Needs attention: a person decides"
+    CUSTOMER = "customer", "The responsible person waits on the customer"
+    OTHER = "other", "Another wait on a person"
+
+
+class FollowUpState(models.TextChoices):
+    """Where a person's wait stands against its follow-up time."""
+
+    NONE = "", "No person is waited on"
+    ON_TIME = "on_time", "On time"
+    AT_RISK = "at_risk", "At risk"
+    OVERDUE = "overdue", "Overdue"
+
+
 def overdue_cutoff(now: dt.datetime | None = None) -> dt.datetime:
-    """A next check before this moment is overdue: due now is not late, only past the grace."""
+    """A next check or a follow-up before this moment is overdue: due now is not late, only
+    past the grace."""
     return (now or timezone.now()) - dt.timedelta(minutes=settings.FOLLOW_UP_GRACE_MINUTES)
 
 
@@ -166,14 +197,26 @@ class CaseQuerySet(models.QuerySet["Case"]):
         return self.exclude(status__in=TERMINAL_STATUSES)
 
     def overdue(self, now: dt.datetime | None = None) -> CaseQuerySet:
-        """Open cases whose follow-up is really late: past the grace that work due now has."""
-        return self.open().filter(next_check_at__lt=overdue_cutoff(now))
+        """Open cases that are really late: a person's follow-up time or the next check passed
+        more than the grace ago (work due now is not late)."""
+        cutoff = overdue_cutoff(now)
+        return self.open().filter(Q(follow_up_at__lt=cutoff) | Q(next_check_at__lt=cutoff))
+
+    def at_risk(self, now: dt.datetime | None = None) -> CaseQuerySet:
+        """Open cases whose person's follow-up is at risk: in its last stretch, not late yet."""
+        now = now or timezone.now()
+        return self.open().filter(follow_up_risk_at__lte=now, follow_up_at__gte=overdue_cutoff(now))
 
     def responsible(self, user: User, on: dt.date | None = None) -> CaseQuerySet:
         """Cases for which ``user`` is the responsible person today (owner, or backup if away)."""
         on = on or timezone.localdate()
         owner_away = Q(owner__staff_profile__away_until__gte=on)
         return self.filter((Q(owner=user) & ~owner_away) | (Q(backup=user) & owner_away))
+
+    def waiting_on_responsible(self, user: User, on: dt.date | None = None) -> CaseQuerySet:
+        """Open cases for which ``user`` is the responsible person now and that wait on that
+        person (not on the approvers, the order system or a worker)."""
+        return self.open().responsible(user, on).filter(waiting_on=WaitingOn.OWNER)
 
 
 class Case(FSMModelMixin, models.Model):
@@ -254,6 +297,37 @@ class Case(FSMModelMixin, models.Model):
     order_delivery_date_seen = models.DateField(
         null=True, blank=True, help_text="The order's delivery date at the last source check."
     )
+    # The person's clock (``cases.followups``): set by the kernel whenever the case starts to
+    # wait on a person, from the follow-up policy of its kind and reason; cleared when it
+    # stops. ``next_check_at`` stays the workers' due time.
+    # Nullable: a new NOT NULL column makes SQLite rebuild the whole table (and its
+    # PostgreSQL-only indexes with it); empty is None.
+    follow_up_reason = models.CharField(
+        max_length=20, choices=WaitReason.choices, null=True, blank=True, editable=False
+    )
+    follow_up_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="When the person waited on is late."
+    )
+    follow_up_risk_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="From when the follow-up is at risk."
+    )
+    follow_up_reminded_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="When the reminder for it was written."
+    )
+    opened_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        editable=False,
+        related_name="+",
+        # No database constraint: adding one validates every case under a lock that blocks
+        # writes; Django's PROTECT still refuses deleting a user who opened a case.
+        db_constraint=False,
+        db_index=False,  # ``case_opened_by_idx``, built concurrently
+        help_text="The staff member who opened the case (told when it is done or cancelled); "
+        "empty for an integration or the system.",
+    )
 
     objects = CaseQuerySet.as_manager()
 
@@ -286,6 +360,14 @@ class Case(FSMModelMixin, models.Model):
             # see an inbound event is one look here per event (``inbound_events_for``). It
             # answers lookups by order id, in place of the field's own index (0016).
             models.Index(fields=["order_id", "account", "team"], name="case_order_idx"),
+            # Overdue and at-risk follow-ups and the reminders' sweep: partial, so it holds
+            # only the cases that wait on a person (0019).
+            models.Index(
+                fields=["follow_up_at"],
+                condition=Q(follow_up_at__isnull=False),
+                name="case_follow_up_idx",
+            ),
+            models.Index(fields=["opened_by"], name="case_opened_by_idx"),
         ]
         permissions = [
             ("work_case", "Can work a case (check source, escalate, cancel)"),
@@ -314,9 +396,23 @@ class Case(FSMModelMixin, models.Model):
 
     @property
     def is_overdue(self) -> bool:
-        return bool(
-            not self.is_terminal and self.next_check_at and self.next_check_at < overdue_cutoff()
+        if self.is_terminal:
+            return False
+        cutoff = overdue_cutoff()
+        return any(
+            due is not None and due < cutoff for due in (self.follow_up_at, self.next_check_at)
         )
+
+    def follow_up_state(self, now: dt.datetime | None = None) -> FollowUpState:
+        """Where the person's wait stands: on time, at risk (its last stretch) or overdue."""
+        if self.is_terminal or self.follow_up_at is None:
+            return FollowUpState.NONE
+        now = now or timezone.now()
+        if self.follow_up_at < overdue_cutoff(now):
+            return FollowUpState.OVERDUE
+        if self.follow_up_risk_at is not None and self.follow_up_risk_at <= now:
+            return FollowUpState.AT_RISK
+        return FollowUpState.ON_TIME
 
     # --- guards ---------------------------------------------------------------------------
     def account_verified(self) -> bool:
@@ -339,7 +435,7 @@ class Case(FSMModelMixin, models.Model):
     # --- transitions (in memory only; services save and audit) ----------------------------
     @transition(
         field=status,
-        source=[Status.NEW, Status.NEEDS_ATTENTION],
+        source=[Status.NEW, Status.NEEDS_ATTENTION, Status.PROPOSAL_REJECTED],
         target=Status.WAITING_SOURCE,
         conditions=_conditions(account_verified, account_has_access),
         permission="cases.work_case",
@@ -390,11 +486,22 @@ class Case(FSMModelMixin, models.Model):
     @transition(
         field=status,
         source=Status.AWAITING_REVIEW,
-        target=Status.PREPARING_PROPOSAL,
+        target=Status.PROPOSAL_REJECTED,
         custom={"label": "Reject"},
     )
     def reject(self):
-        """The approver said no; the owner prepares another proposal."""
+        """The approver said no: the responsible person prepares another proposal (no worker
+        acts on a rejected case)."""
+
+    @transition(
+        field=status,
+        source=Status.PROPOSAL_REJECTED,
+        target=Status.PREPARING_PROPOSAL,
+        conditions=_conditions(account_has_access),
+        custom={"label": "Prepare another proposal"},
+    )
+    def prepare_again(self):
+        """A person prepares another proposal for a rejected case."""
 
     @transition(
         field=status,
@@ -625,7 +732,7 @@ class AccountEvent(GuardedModel):
     (``cases.account_events.account_event_record``, under the account's row lock), in the same
     transaction as the change; each event is a link in its account's hash chain
     (``cases/audit.py``, checked by ``manage.py audit_verify``). Never changed or deleted
-    (``cases.append_only``; a trigger on PostgreSQL, ``cases`` 0018)."""
+    (``cases.append_only``; a trigger on PostgreSQL, ``cases`` 0022)."""
 
     account = models.ForeignKey(CustomerAccount, on_delete=models.PROTECT, related_name="events")
     action = models.CharField(
@@ -847,3 +954,150 @@ class AttentionCase(Case):
         proxy = True
         verbose_name = "case needing attention"
         verbose_name_plural = "Queue: cases needing attention"
+
+
+# --- follow-up policies and notifications -------------------------------------------------------
+
+
+class FollowUpPolicy(models.Model):
+    """How long a person may take to answer a wait of one reason (for one change kind, or any).
+
+    Leads edit them in the admin; the defaults live in settings (``FOLLOW_UP_MINUTES``). A
+    policy applies to waits that start after it is saved: a running clock is never moved.
+    """
+
+    kind = models.CharField(
+        max_length=40,
+        blank=True,
+        help_text="A change kind's code; empty: any kind without a policy of its own.",
+    )
+    reason = models.CharField(max_length=20, choices=WaitReason.choices)
+    minutes = models.PositiveIntegerField(help_text="Follow-up time after the wait starts.")
+    at_risk_percent = models.PositiveSmallIntegerField(
+        default=25, help_text="The last part of the time, in percent, that shows as at risk."
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["reason", "kind"]
+        verbose_name = "follow-up policy"
+        verbose_name_plural = "Follow-up policies"
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "reason"], name="follow_up_policy_once"),
+            models.CheckConstraint(
+                condition=Q(minutes__gte=1), name="follow_up_policy_minutes_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(at_risk_percent__gte=0, at_risk_percent__lte=99),
+                name="follow_up_policy_risk_percent",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_reason_display()} ({self.kind or 'any kind'}): {self.minutes} min"
+
+
+class NotificationKind(models.TextChoices):
+    AWAITING_REVIEW = "awaiting_review", "A proposal awaits your decision"
+    HELD = "held", "A case is held"
+    NEEDS_ATTENTION = "needs_attention", "A case needs attention"
+    REJECTED = "rejected", "A proposal was rejected"
+    FOLLOW_UP_DUE = "follow_up_due", "A follow-up is due"
+    DONE = "done", "A case you opened is done"
+    CANCELLED = "cancelled", "A case you opened is cancelled"
+
+
+class Notification(models.Model):
+    """One person told of one case event: written in the event's own transaction
+    (``cases.notify``), once per event and recipient, shown in the inbox and mailed by the
+    workers (``cases.delivery``). The email's delivery never writes the case."""
+
+    class Email(models.TextChoices):
+        PENDING = "pending", "To be sent"
+        SENDING = "sending", "Being sent"
+        SENT = "sent", "Sent"
+        DIGEST = "digest", "Waits for the daily digest"
+        OFF = "off", "Email off for this kind"
+        NO_ADDRESS = "no_address", "No email address on file"
+        UNCERTAIN = "uncertain", "May have gone: its worker stopped mid-send (not sent again)"
+        FAILED = "failed", "Not sent: the mail server kept refusing"
+
+    recipient = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="holdfast_notifications",
+        db_index=False,  # ``notification_inbox_idx`` leads with it
+    )
+    case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="notifications")
+    event = models.ForeignKey(CaseEvent, on_delete=models.PROTECT, related_name="+")
+    kind = models.CharField(max_length=20, choices=NotificationKind.choices)
+    text = models.CharField(max_length=300, help_text="What happened, in plain words.")
+    link = models.CharField(max_length=200, help_text="The page to open (a path).")
+    created_at = models.DateTimeField(default=timezone.now)
+    read_at = models.DateTimeField(null=True, blank=True)
+    email_state = models.CharField(max_length=12, choices=Email.choices, default=Email.PENDING)
+    email_due_at = models.DateTimeField(null=True, blank=True)
+    email_attempts = models.PositiveIntegerField(default=0)
+    email_sending_at = models.DateTimeField(null=True, blank=True)
+    email_sent_at = models.DateTimeField(null=True, blank=True)
+    email_last_error = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["event", "recipient"], name="notification_once_per_event_and_recipient"
+            ),
+        ]
+        indexes = [
+            # The unread count in every admin page's header: one index-only count.
+            models.Index(
+                fields=["recipient"],
+                condition=Q(read_at__isnull=True),
+                name="notification_unread_idx",
+            ),
+            models.Index(fields=["recipient", "-created_at"], name="notification_inbox_idx"),
+            # The delivery sweep: mail due, and sends whose worker may have died.
+            models.Index(
+                fields=["email_due_at"],
+                condition=Q(email_state__in=["pending", "sending"]),
+                name="notification_mail_due_idx",
+            ),
+            models.Index(
+                fields=["recipient"],
+                condition=Q(email_state="digest"),
+                name="notification_digest_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()}: {self.case_id} → {self.recipient_id}"
+
+
+class NotificationPreference(models.Model):
+    """A person's choice of email: off per kind of notification, and a daily digest instead
+    of one mail each. Without a row: every kind by email, one mail each."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notification_preference"
+    )
+    email_off = models.JSONField(
+        default=list, blank=True, help_text="Kinds of notification not sent by email."
+    )
+    digest = models.BooleanField(default=False, help_text="One mail a day instead of each.")
+    digest_next_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the next daily digest is due."
+    )
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["digest_next_at"], condition=Q(digest=True), name="preference_digest_idx"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Notification preferences of {self.user_id}"

@@ -15,13 +15,17 @@ from django.utils import timezone
 
 from cases.actions import case_actions, who_may
 from cases.extensions import case_deciders
-from cases.models import Case, Status, WaitingOn, overdue_cutoff
+from cases.models import Case, FollowUpState, Status, WaitingOn, overdue_cutoff
 
 _HEADLINES = {
     Status.NEW: "New request: verify the customer's account before any work starts.",
     Status.WAITING_SOURCE: "Waiting for the order system: a worker reads the order first.",
     Status.PREPARING_PROPOSAL: "Preparing one exact proposal from the current order evidence.",
     Status.AWAITING_REVIEW: "Waiting for an approver to approve or reject the proposal.",
+    Status.PROPOSAL_REJECTED: (
+        "Rejected: the responsible person prepares another proposal (or cancels the request); "
+        "no worker acts on it."
+    ),
     Status.READY: "Approved and queued: an authorized worker applies it when its checks hold.",
     Status.APPLYING: "A worker holds the claim and is applying the change now.",
     Status.HELD: (
@@ -47,6 +51,7 @@ class NextAction:
     permitted: list[str] = field(default_factory=list)
     finished: bool = False
     overdue: bool = False
+    at_risk: bool = False
 
     @property
     def permitted_text(self) -> str:
@@ -121,7 +126,34 @@ def _when(moment: dt.datetime) -> str:
     return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M %Z")
 
 
+def _person_clock(case: Case, now: dt.datetime) -> tuple[str, bool]:
+    """The follow-up of a wait on a person: by when they must answer, at risk, overdue."""
+    assert case.follow_up_at is not None  # noqa: S101 - the caller checked
+    when = _when(case.follow_up_at)
+    state = case.follow_up_state(now)
+    if state == FollowUpState.OVERDUE:
+        text = f"Follow-up is overdue since {when}."
+    elif case.follow_up_at <= now:
+        text = f"Follow-up due now (since {when}); overdue after a short grace."
+    elif state == FollowUpState.AT_RISK:
+        text = f"At risk: the follow-up is due at {when}."
+    elif case.status == Status.AWAITING_REVIEW:
+        text = f"The approvers should decide by {when}."
+    else:
+        text = f"Follow up by {when}."
+    if case.status in _WORKERS_ALSO_LOOK and case.next_check_at is not None:
+        text += f" The workers look again at {_when(case.next_check_at)}."
+    return text, state == FollowUpState.OVERDUE
+
+
+# Statuses whose person's wait runs beside the workers' own next look (a held case is
+# reconciled by the workers on their schedule while its person's clock runs).
+_WORKERS_ALSO_LOOK = frozenset({Status.HELD})
+
+
 def _follow_up(case: Case, now: dt.datetime) -> tuple[str, bool]:
+    if case.follow_up_at is not None:
+        return _person_clock(case, now)
     if case.next_check_at is None:
         return "No follow-up time is set.", False
     when = _when(case.next_check_at)
@@ -242,6 +274,8 @@ def describe_next_action(case: Case, *, actor=None, now: dt.datetime | None = No
         return _finished(case, permitted)
     follow_up, overdue = _follow_up(case, now)
     headline = _HEADLINES[Status(case.status)]
+    if case.status == Status.PREPARING_PROPOSAL and case.waiting_on == WaitingOn.OWNER:
+        headline = "A proposal is being prepared by a person: it waits for them to submit it."
     if case.status == Status.READY and not case.nothing_applied():
         headline = (
             "Applied: the change is confirmed at the order system; a worker finishes the "
@@ -254,4 +288,5 @@ def describe_next_action(case: Case, *, actor=None, now: dt.datetime | None = No
         follow_up=follow_up,
         permitted=permitted,
         overdue=overdue,
+        at_risk=case.follow_up_state(now) == FollowUpState.AT_RISK,
     )

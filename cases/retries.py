@@ -8,7 +8,7 @@ with its default) and schedules the next try on the one backoff (``cases.backoff
 A case keeps its counters in ``Case.retry_counts`` (``{kind: consecutive failures}``); a
 failure of one kind never counts against another. ``Case.retry_count`` shows the count of the
 kind that failed last (the step in progress), for the pages that show it. Only
-``reconciliation.retries.transient_failure_record`` raises a counter; a kind's success (or a
+``reconciliation.failures.transient_failure_record`` raises a counter; a kind's success (or a
 person asking for a fresh try) resets it with :func:`retries_reset`, saved with its write.
 """
 

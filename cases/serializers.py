@@ -151,6 +151,7 @@ class CaseListSerializer(serializers.ModelSerializer):
     backup = serializers.SerializerMethodField()
     responsible_now = serializers.SerializerMethodField()
     overdue = serializers.BooleanField(source="is_overdue")
+    follow_up_state = serializers.SerializerMethodField()
 
     class Meta:
         model = Case
@@ -169,6 +170,9 @@ class CaseListSerializer(serializers.ModelSerializer):
             "waiting_on",
             "waiting_reason",
             "next_check_at",
+            "follow_up_reason",
+            "follow_up_at",
+            "follow_up_state",
             "overdue",
             "created_at",
             "updated_at",
@@ -176,6 +180,11 @@ class CaseListSerializer(serializers.ModelSerializer):
 
     def get_owner(self, case: Case) -> str:
         return case.owner.get_username()
+
+    def get_follow_up_state(self, case: Case) -> str:
+        """``on_time``, ``at_risk`` or ``overdue`` while the case waits on a person; ''
+        otherwise."""
+        return str(case.follow_up_state().value)
 
     def get_backup(self, case: Case) -> str | None:
         return _username(case.backup)

@@ -33,6 +33,7 @@ from cases.exceptions import (
 )
 from cases.extensions import before_evidence_replaced
 from cases.fencing import counter_next
+from cases.followups import follow_up_refresh
 from cases.kernel import (
     KEEP,
     Actor,
@@ -196,7 +197,7 @@ def case_intake(
     try:
         with transaction.atomic():
             number = counter_next("case_number")
-            case = Case.objects.create(
+            case = Case(
                 reference=f"{settings.CASE_REFERENCE_PREFIX}-{number}",
                 number=number,
                 account=account,
@@ -209,7 +210,11 @@ def case_intake(
                 backup_id=team.default_backup_id,
                 waiting_on=WaitingOn.OWNER,
                 waiting_reason="New request: the account must be verified",
+                opened_by=_staff_member(actor),
             )
+            # Waiting for the account's verification: the responsible person's clock starts.
+            follow_up_refresh(case)
+            case.save(force_insert=True)
             record_event(
                 case=case,
                 action=Action.CASE_CREATED,
@@ -233,6 +238,13 @@ def case_intake(
             raise
         return existing, False
     return case, True
+
+
+def _staff_member(actor: Actor):
+    """The person who opens a case, when they work in the desk (and so read its inbox): a
+    worker, the system or an integration's API user opens it for nobody to be told."""
+    person = user_or_none(actor)
+    return person if person is not None and person.is_staff else None
 
 
 # --- ownership and follow-up ----------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,6 +66,8 @@ def main() -> int:
         **os.environ,
         "ORDER_SYSTEM_URL": orders_url.rstrip("/"),
         "ORDERS_WEBHOOK_URL": f"{holdfast_url}api/hooks/orders/",
+        # The links in staff notification mails lead here (HOLDFAST_BASE_URL if set).
+        "HOLDFAST_BASE_URL": os.environ.get("HOLDFAST_BASE_URL", holdfast_url.rstrip("/")),
         "PYTHONUNBUFFERED": "1",
     }
     env.setdefault("ORDERS_FAULTS_ENABLED", "1")  # the demo and drills inject faults
@@ -73,6 +76,11 @@ def main() -> int:
     token = env.get("ORDER_SYSTEM_TOKEN") or env.get("ORDERS_API_TOKEN")
     if token:
         env["ORDER_SYSTEM_TOKEN"] = env["ORDERS_API_TOKEN"] = token
+    # The web app's /metrics sums what every process of the stack counted (the cluster's
+    # workers too): one directory for all of them, emptied before any starts.
+    metrics_dir = Path(env.setdefault("PROMETHEUS_MULTIPROC_DIR", str(ROOT / "var" / "metrics")))
+    shutil.rmtree(metrics_dir, ignore_errors=True)
+    metrics_dir.mkdir(parents=True)
 
     print("Preparing databases and the D-41 demo…", flush=True)
     _run("manage.py", "migrate", "--no-input", "-v", "0", env=env)

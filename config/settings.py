@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
+from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import (
@@ -67,10 +68,16 @@ INSTALLED_APPS = [
     "cases",
     "approvals",
     "reconciliation",
+    # The tooling that proves the product (drills, bench, simulation); a production process
+    # loads none of its hooks (lab/apps.py).
+    "lab",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Content-Security-Policy and Permissions-Policy on every response (see below).
+    "csp.middleware.CSPMiddleware",
+    "config.headers.PermissionsPolicyMiddleware",
     # Static files from STATIC_ROOT (collectstatic), before sessions and auth do any work.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # A view's refused database connection is a 503 with Retry-After (config.unavailable).
@@ -205,14 +212,30 @@ CACHES = {
     ),
 }
 
-# --- Email: customer notifications go through Django's email backend. -----------------------
+# --- Email: the customer's notification and staff notifications, through Django's backend --
+# SMTP whenever EMAIL_HOST is set (and in production); otherwise (``make run``) mail is printed
+# on the console. EMAIL_BACKEND overrides either.
+EMAIL_HOST = env_str("EMAIL_HOST", "")
 EMAIL_BACKEND = env_str(
     "EMAIL_BACKEND",
     "django.core.mail.backends.smtp.EmailBackend"
-    if PRODUCTION
+    if PRODUCTION or EMAIL_HOST
     else "django.core.mail.backends.console.EmailBackend",
 )
+EMAIL_HOST = EMAIL_HOST or "localhost"
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+# Seconds for one SMTP connection's calls: a silent mail server never holds a worker for long.
+EMAIL_TIMEOUT = env_float("EMAIL_TIMEOUT", 10.0, minimum=0.1)
 DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "holdfast@localhost")
+# Where Holdfast's pages are reached: the links in staff mails are absolute from here.
+_PUBLIC_HOST = next((h for h in ALLOWED_HOSTS if h != "*" and not h.startswith(".")), "")
+HOLDFAST_BASE_URL = env_url(
+    "HOLDFAST_BASE_URL",
+    f"https://{_PUBLIC_HOST}" if PRODUCTION and _PUBLIC_HOST else "http://127.0.0.1:8000",
+)
 
 
 # --- REST API ----------------------------------------------------------------------------
@@ -251,6 +274,11 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "cases.api_errors.exception_handler",
+    # JSON only in production; the browsable HTML API helps development alone.
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        *([] if PRODUCTION else ["rest_framework.renderers.BrowsableAPIRenderer"]),
+    ],
     # JSON nested deeper than the parser allows is a 400, not a RecursionError.
     "DEFAULT_PARSER_CLASSES": [
         "cases.parsers.BoundedJSONParser",
@@ -353,13 +381,84 @@ if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
     raise ImproperlyConfigured("Q_RETRY must exceed Q_TIMEOUT (no concurrent re-delivery).")
 
 # --- Logging -------------------------------------------------------------------------------
+# One line per record on standard error: JSON objects (production's default) or text. Every
+# line carries the case, operation, attempt, fencing token and worker it is about
+# (cases.logcontext; config.logs).
+LOG_FORMAT = env_str("LOG_FORMAT", "json" if PRODUCTION else "text")
+if LOG_FORMAT not in {"json", "text"}:
+    raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r}: use json or text.")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "cases.logcontext.ContextFilter"}},
+    "formatters": {
+        "json": {"()": "config.logs.JsonFormatter"},
+        "text": {"()": "config.logs.TextFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["context"],
+        }
+    },
+    # django-q2 adds a handler of its own only when none is configured: its lines come here.
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
 }
+
+# --- Metrics (/metrics, Prometheus text format) ---------------------------------------------
+# Open in development (unless METRICS_TOKEN is set); in production it needs "Authorization:
+# Bearer <METRICS_TOKEN>" and a directory shared by the host's processes
+# (PROMETHEUS_MULTIPROC_DIR, read by prometheus-client itself: see reconciliation.metrics).
+# METRICS_ENABLED=0 answers 404 and needs neither.
+METRICS_ENABLED = env_bool("METRICS_ENABLED", True)
+METRICS_TOKEN = ""
+if METRICS_ENABLED:
+    # Development: open unless a token is set; production: required, at least 32 characters.
+    METRICS_TOKEN = env_secret("METRICS_TOKEN", "", production=PRODUCTION)
+    if PRODUCTION:
+        _metrics_dir = env_str("PROMETHEUS_MULTIPROC_DIR", "")
+        if not _metrics_dir or not Path(_metrics_dir).is_dir():
+            raise ImproperlyConfigured(
+                "Set PROMETHEUS_MULTIPROC_DIR to an existing directory that every Holdfast "
+                "process of the host shares (or METRICS_ENABLED=0) when DJANGO_ENV=production."
+            )
+
+# --- What a page may do in the browser -------------------------------------------------------
+# Scripts only from Holdfast's own origin (no inline script, no eval): the admin, the live
+# pages (cases/static/holdfast/live.js), Swagger UI (drf-spectacular-sidecar, its init script
+# served as a file: SpectacularSwaggerSplitView) and the browser suite run under it with no
+# violation (tests/browser/test_content_security_policy.py). Styles allow 'unsafe-inline':
+# Django's admin, Swagger UI and Holdfast's templates set style attributes and <style> blocks.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF, "'unsafe-inline'"],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [NONE],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    },
+}
+# Features no page uses, refused to every frame (config.headers).
+PERMISSIONS_POLICY = [
+    (feature, ())
+    for feature in (
+        "accelerometer",
+        "camera",
+        "display-capture",
+        "geolocation",
+        "gyroscope",
+        "magnetometer",
+        "microphone",
+        "payment",
+        "usb",
+    )
+]
 
 # --- Production hardening (manage.py check --deploy stays clean) ---------------------------
 if PRODUCTION:
@@ -386,6 +485,39 @@ if APPROVAL_MAX_MINUTES < APPROVAL_DEFAULT_MINUTES:
 APPROVAL_REVIEW_SLA_MINUTES = env_int("APPROVAL_REVIEW_SLA_MINUTES", 60, minimum=1)
 # A follow-up time is "overdue" only once it is this late: work due now is not yet late.
 FOLLOW_UP_GRACE_MINUTES = env_int("FOLLOW_UP_GRACE_MINUTES", 5, minimum=0)
+
+# --- Follow-ups: how long a person may take to answer each kind of wait ---------------------
+# The defaults of the follow-up policy (leads override them per reason and change kind in the
+# admin: cases.FollowUpPolicy). FOLLOW_UP_<REASON>_MINUTES; a review wait's default is
+# APPROVAL_REVIEW_SLA_MINUTES (above).
+FOLLOW_UP_MINUTES = {
+    "unverified": env_int("FOLLOW_UP_UNVERIFIED_MINUTES", 240, minimum=1),
+    "draft": env_int("FOLLOW_UP_DRAFT_MINUTES", 240, minimum=1),
+    "rejected": env_int("FOLLOW_UP_REJECTED_MINUTES", 240, minimum=1),
+    "supervised": env_int("FOLLOW_UP_SUPERVISED_MINUTES", 60, minimum=1),
+    "held": env_int("FOLLOW_UP_HELD_MINUTES", 60, minimum=1),
+    "needs_attention": env_int("FOLLOW_UP_NEEDS_ATTENTION_MINUTES", 120, minimum=1),
+    "customer": env_int("FOLLOW_UP_CUSTOMER_MINUTES", 1440, minimum=1),
+    "other": env_int("FOLLOW_UP_OTHER_MINUTES", 240, minimum=1),
+}
+# The last part of a follow-up's time, in percent, in which it shows as "at risk".
+FOLLOW_UP_AT_RISK_PERCENT = env_int("FOLLOW_UP_AT_RISK_PERCENT", 25, minimum=0)
+if FOLLOW_UP_AT_RISK_PERCENT > 99:
+    raise ImproperlyConfigured("FOLLOW_UP_AT_RISK_PERCENT must be below 100.")
+
+# --- Staff notifications (cases.notify, cases.delivery) ---------------------------------------
+# Tries of one notification's email before it is left unsent (visible in the inbox); between
+# tries the bounded backoff of RETRY_BASE_SECONDS / RETRY_MAX_SECONDS.
+NOTIFICATION_EMAIL_ATTEMPT_LIMIT = env_int("NOTIFICATION_EMAIL_ATTEMPT_LIMIT", 8, minimum=1)
+# How long one delivery may take before the sweep treats its worker as gone: a mail not yet
+# begun is handed out again; one whose send had begun may have gone and is not sent again.
+NOTIFICATION_SEND_LEASE_SECONDS = env_float(
+    "NOTIFICATION_SEND_LEASE_SECONDS", max(60.0, 3 * EMAIL_TIMEOUT), minimum=1.0
+)
+# The local hour (TIME_ZONE) at which daily digests go out.
+NOTIFICATION_DIGEST_HOUR = env_int("NOTIFICATION_DIGEST_HOUR", 7, minimum=0)
+if NOTIFICATION_DIGEST_HOUR > 23:
+    raise ImproperlyConfigured("NOTIFICATION_DIGEST_HOUR must be 0-23.")
 
 # --- Retries: one bounded policy, scheduled through the case's next check time -------------
 RETRY_BASE_SECONDS = env_float("RETRY_BASE_SECONDS", 5.0, minimum=0.0)

@@ -17,7 +17,7 @@ first send of a fresh operation skips the look: nothing could have been sent, so
 round trip.
 
 Before claiming, the records are compared with the order system when nobody did so recently
-(``reconciliation.restored``): a restored database is recovered before any claim.
+(``reconciliation.restore_detection``): a restored database is recovered before any claim.
 
 Notifications carry a key per operation and step (``DATE-41-1:notify``, also the message's
 ``Message-ID``), recorded before sending. When the records show the notification may already
@@ -45,7 +45,7 @@ from django.db.models import Count, Exists, Q, QuerySet
 from django.utils import timezone
 
 from approvals.models import Approval, Operation, Proposal
-from approvals.services import review_due_at
+from approvals.services import review_deadline
 from cases.attempts import attempt_finish
 from cases.backoff import next_retry_at
 from cases.codes import Action
@@ -58,6 +58,7 @@ from cases.kernel import (
     record_fact,
     writes_batched,
 )
+from cases.logcontext import log_context
 from cases.models import (
     Attempt,
     Case,
@@ -67,6 +68,7 @@ from cases.models import (
 )
 from cases.retries import retries_reset
 from cases.rows import locked, prepared_cursor, update
+from reconciliation import metrics
 from reconciliation.claims import (
     Claimed,
     ClaimRefused,
@@ -78,7 +80,7 @@ from reconciliation.claims import (
     claim_next_due,
     keep_alive,
     lease_seconds,
-    record_slot_released,
+    record_claim_released,
 )
 from reconciliation.client import OperationRecord, OperationResult, OrderSystemClient
 from reconciliation.complete import case_complete
@@ -90,13 +92,13 @@ from reconciliation.exceptions import (
     Transient,
     UnknownOperation,
 )
-from reconciliation.restore import recover_after_restore
-from reconciliation.restored import (
+from reconciliation.failures import Words, literal, transient_failure_record
+from reconciliation.restore_detection import (
     RecoveryRequired,
     restore_detected_at_source,
     source_check_forget,
 )
-from reconciliation.retries import Words, literal, transient_failure_record
+from reconciliation.restore_recovery import recover_after_restore
 from reconciliation.settle import operation_confirm
 from reconciliation.stopping import stopping
 
@@ -111,9 +113,9 @@ WORKER_RELATED = ("account",)
 # the order system answered, the answer not saved yet; ``after_confirm``: the answer and the
 # notification's start are saved, the email not sent yet -- or, with no address to send to,
 # the notification's step and the close are saved with the answer). Each observer is called
-# with the point's name; none is registered unless an upper layer registers one
-# (``ReconciliationConfig.ready`` registers the drills' stop point), so by default the points
-# do nothing.
+# with the point's name; none is registered unless a drill worker registers its stop point
+# (``lab.drills.step_points``, never in production) or a test adds one, so by default the
+# points do nothing.
 STEP_POINT_OBSERVERS: list[Callable[[str], None]] = []
 
 
@@ -198,7 +200,17 @@ def _claim_and_run(
         return RECOVERY_REQUIRED
     if claimed is None:
         return None
-    return run_attempt(attempt_id=claimed.attempt.pk, client=client, worker=worker, claimed=claimed)
+    attempt = claimed.attempt
+    with log_context(
+        case=claimed.case.reference,
+        operation=claimed.operation.key,
+        attempt=attempt.reference,
+        fencing_token=attempt.fencing_token,
+        worker=worker.label,
+    ):
+        outcome = run_attempt(attempt_id=attempt.pk, client=client, worker=worker, claimed=claimed)
+        logger.info("%s ended: %s", attempt.reference, outcome)
+    return outcome
 
 
 @dataclass(frozen=True)
@@ -209,6 +221,7 @@ class _Authority:
     approval_id: int
     grant: str
     evidence_order_version: int
+    decided_at: dt.datetime | None = None
 
 
 def _authority(attempt: Attempt, claimed: Claimed | None) -> _Authority | None:
@@ -216,7 +229,10 @@ def _authority(attempt: Attempt, claimed: Claimed | None) -> _Authority | None:
         if claimed.approval_id is None:
             return None
         return _Authority(
-            claimed.approval_id, claimed.approval_grant, claimed.evidence_order_version
+            claimed.approval_id,
+            claimed.approval_grant,
+            claimed.evidence_order_version,
+            claimed.approval_decided_at,
         )
     from approvals.services import live_approval, open_proposal
 
@@ -224,7 +240,9 @@ def _authority(attempt: Attempt, claimed: Claimed | None) -> _Authority | None:
     proposal = open_proposal(attempt.case)
     if approval is None or proposal is None:
         return None
-    return _Authority(approval.pk, approval.grant, proposal.evidence_order_version)
+    return _Authority(
+        approval.pk, approval.grant, proposal.evidence_order_version, approval.decided_at
+    )
 
 
 def run_attempt(
@@ -246,6 +264,7 @@ def run_attempt(
     plan: Notify | None = None
     if attempt.operation.confirmed_at is None:
         outcome, plan = _apply_step(attempt, client, worker, claimed)
+        metrics.apply_outcome(outcome)
         if outcome != "confirmed":
             return outcome
         _reached("after_confirm")
@@ -296,6 +315,7 @@ def _apply_step(
     if why:
         looked = _look_before_write(attempt, client, worker, why, then_notify=then_notify)
         if looked is not None:
+            _observe_latency(looked[0], authority)
             return looked
     _reached("after_claim")  # a drill may stop this worker here
     if not _mark_submitting(attempt, authority):
@@ -313,7 +333,15 @@ def _apply_step(
     except OrderSystemError as exc:
         return attempt_record_refusal(attempt, worker, exc), None
     _reached("after_submit")
-    return _record_applied(attempt, worker, result, then_notify=then_notify)
+    recorded = _record_applied(attempt, worker, result, then_notify=then_notify)
+    _observe_latency(recorded[0], authority)
+    return recorded
+
+
+def _observe_latency(outcome: str, authority: _Authority) -> None:
+    """A confirmed apply step: the time from its approval to the confirmation."""
+    if outcome == "confirmed" and authority.decided_at is not None:
+        metrics.approval_to_applied((timezone.now() - authority.decided_at).total_seconds())
 
 
 def _may_have_been_sent(attempt: Attempt, claimed: Claimed | None = None) -> str:
@@ -392,7 +420,7 @@ def _looked_up(record: OperationRecord) -> OperationResult:
 def _stopped_before_submitting(attempt: Attempt, worker: Worker, authority: _Authority) -> str:
     """The write may not leave (:func:`_mark_submitting` refused). Asked to stop (a
     cancellation or a revocation recorded during the claim), the attempt acknowledges at once:
-    worker stopped, slot released, and the case settles -- instead of staying 'applying' until
+    worker stopped, claim released, and the case settles -- instead of staying 'applying' until
     its lease runs out. Still running, its approval lapsed meanwhile: ended as expired, nothing
     sent. Otherwise (lease expired, fenced) the watchdog or the new owner already decides."""
     state = Attempt.objects.filter(pk=attempt.pk).values_list("state", flat=True).first()
@@ -1022,7 +1050,7 @@ class EndedApprovalExpired(Ending):
             actor=worker,
             detail=detail,
             reason=f"{self.text}; the same proposal needs a fresh decision",
-            next_check_at=review_due_at(timezone.now()),
+            **review_deadline(case),
             apply_authorized_by=None,
         )
 
@@ -1110,7 +1138,7 @@ def _finish_cancelling(case: Case, attempt: Attempt, worker: Worker, ending: End
         "recorded and changes nothing",
         detail={"attempt": attempt.reference, "outcome": ending.code},
     )
-    record_slot_released(case, attempt, worker)
+    record_claim_released(case, attempt, worker)
     if isinstance(ending, EndedEffectUnknown):
         apply_transition(
             case,

@@ -19,15 +19,7 @@ class ReconciliationConfig(AppConfig):
         extensions.register()  # its panel on the admin home
 
         from cases.services import UNSENT_DECISION_CHECKS
-        from reconciliation.restore import restore_check_before_unsent_decision
+        from reconciliation.restore_recovery import restore_check_before_unsent_decision
 
         if restore_check_before_unsent_decision not in UNSENT_DECISION_CHECKS:
             UNSENT_DECISION_CHECKS.append(restore_check_before_unsent_decision)
-
-        # The apply step names its points; the drills stop a worker there (a no-op unless the
-        # drill runner started this process for it, and never in production).
-        from reconciliation.apply import STEP_POINT_OBSERVERS
-        from reconciliation.drills.hooks import drill_point
-
-        if drill_point not in STEP_POINT_OBSERVERS:
-            STEP_POINT_OBSERVERS.append(drill_point)

@@ -45,6 +45,7 @@ from cases.kernel import (
     record_fact,
     user_or_none,
 )
+from cases.logcontext import log_context
 from cases.models import (
     Attempt,
     CancellationRequest,
@@ -63,6 +64,7 @@ from cases.rows import (
     prepared_cursor,
     width,
 )
+from reconciliation import metrics
 from reconciliation.complete import case_complete
 
 logger = logging.getLogger(__name__)
@@ -90,12 +92,12 @@ class Lease:
     cancel_requested: bool = False
 
 
-def record_slot_released(case: Case, attempt: Attempt, actor: Actor) -> None:
-    """The attempt no longer occupies the case's one execution slot (an operator-visible fact
-    distinct from 'worker stopped' and 'lease expired')."""
+def record_claim_released(case: Case, attempt: Attempt, actor: Actor) -> None:
+    """The attempt no longer holds the case's one claim (an operator-visible fact distinct
+    from 'worker stopped' and 'lease expired')."""
     record_fact(
         case=case,
-        action=Action.ATTEMPT_SLOT_RELEASED,
+        action=Action.ATTEMPT_CLAIM_RELEASED,
         actor=actor,
         reason=f"{attempt.reference} released its claim on {case.reference}",
         detail={"attempt": attempt.reference},
@@ -165,6 +167,8 @@ class Claimed:
     evidence_order_version: int
     earlier_submitted: bool
     restored: bool
+    # When the live approval was decided: the start of the approve → applied latency.
+    approval_decided_at: dt.datetime | None = None
 
 
 def _claim_query(now: dt.datetime) -> QuerySet[Proposal]:
@@ -173,11 +177,11 @@ def _claim_query(now: dt.datetime) -> QuerySet[Proposal]:
     the live approval, a pending cancellation, the autonomy of the order system, the chain's
     head and the attempt count, the restore markers and, on PostgreSQL, the next fencing token.
     Each guard here mirrors its service (``approvals.services.live_approval``, ``open_proposal``,
-    ``reconciliation.selectors.current_autonomy``, ``reconciliation.restored``); a claim these
-    refuse is refused again by the services, which say why."""
+    ``reconciliation.selectors.current_autonomy``, ``reconciliation.restore_detection``); a claim
+    these refuse is refused again by the services, which say why."""
     from approvals.models import Approval
     from reconciliation.models import OrderSystemProfile
-    from reconciliation.restored import MARKER, SOURCE_MARKER
+    from reconciliation.restore_detection import MARKER, SOURCE_MARKER
     from reconciliation.selectors import normalised_url
 
     live = Approval.objects.filter(
@@ -195,6 +199,7 @@ def _claim_query(now: dt.datetime) -> QuerySet[Proposal]:
         "approval_id": Subquery(live.values("pk")[:1]),
         "approval_reference": Subquery(live.values("reference")[:1]),
         "approval_grant": Subquery(live.values("grant")[:1]),
+        "approval_decided_at": Subquery(live.values("decided_at")[:1]),
         "autonomy": Subquery(
             OrderSystemProfile.objects.filter(base_url=normalised_url(settings.ORDER_SYSTEM_URL))
             .order_by("-probed_at", "-id")
@@ -248,6 +253,7 @@ class _ClaimRow:
     approval_id: int | None
     approval_reference: str | None
     approval_grant: str | None
+    approval_decided_at: dt.datetime | None
     autonomy: str | None
     earlier_submitted: bool
     restored: bool
@@ -275,6 +281,7 @@ _GUARD_COLUMNS = (
     "approval_id",
     "approval_reference",
     "approval_grant",
+    "approval_decided_at",
     "autonomy",
     "earlier_submitted",
     "restored",
@@ -369,6 +376,7 @@ def _pg_claim_sql() -> str:
                EXISTS (SELECT 1 FROM {t["cancellation"]} x
                        WHERE x.case_id = c.id AND x.outcome = 'pending'),
                (SELECT ap.id {live}), (SELECT ap.reference {live}), (SELECT ap."grant" {live}),
+               (SELECT ap.decided_at {live}),
                (SELECT f.autonomy FROM {t["profile"]} f WHERE f.base_url = %(url)s
                 ORDER BY f.probed_at DESC, f.id DESC LIMIT 1),
                EXISTS (SELECT 1 FROM {t["attempt"]} s
@@ -402,7 +410,7 @@ def _pg_next_claim_sql() -> str:
 
 
 def _claim_read_sql(now: dt.datetime, *, case_id: int | None, skip: set[int]) -> _ClaimRow | None:
-    from reconciliation.restored import MARKER, SOURCE_MARKER
+    from reconciliation.restore_detection import MARKER, SOURCE_MARKER
     from reconciliation.selectors import normalised_url
 
     params: dict[str, Any] = {
@@ -449,7 +457,7 @@ def _claim_read_sql(now: dt.datetime, *, case_id: int | None, skip: set[int]) ->
 def _claim_refusal(row: _ClaimRow, *, now: dt.datetime, version: int | None) -> ClaimRefused | None:
     """The guard the row read by :func:`_claim_query` fails, or None when the claim may go."""
     from reconciliation.models import Autonomy
-    from reconciliation.restored import RecoveryRequired, restore_detected_from
+    from reconciliation.restore_detection import RecoveryRequired, restore_detected_from
 
     case: Case = row.case
     why = restore_detected_from(row.marker_identity, row.marker_epoch)
@@ -479,7 +487,7 @@ def _claim_won(
     row: _ClaimRow, *, worker: Worker, kind: str, now: dt.datetime, source_checked: bool
 ) -> Claimed:
     """Write the won claim under the lock the read took: the case, its attempt, its event."""
-    from reconciliation.restored import source_check_due_from
+    from reconciliation.restore_detection import source_check_due_from
 
     case: Case = row.case
     operation = row.operation
@@ -538,6 +546,8 @@ def _claim_won(
     except IntegrityError:
         raise ClaimRefused("Another attempt is already active.", reason="claimed") from None
     attempt.case, attempt.operation = case, operation
+    if sequence > 1:
+        _count_takeover(case.pk, sequence)
     return Claimed(
         attempt=attempt,
         case=case,
@@ -548,7 +558,30 @@ def _claim_won(
         evidence_order_version=row.evidence_order_version,
         earlier_submitted=row.earlier_submitted,
         restored=row.restored,
+        approval_decided_at=row.approval_decided_at,
     )
+
+
+# How a previous attempt ends when its worker's fate was uncertain: a claim after one of these
+# takes the case over (a reconciliation proved the operation absent in between, or the missing
+# worker had confirmed the change and the steps after it resume).
+_UNCERTAIN_ENDINGS = (
+    Attempt.State.LEASE_EXPIRED,
+    Attempt.State.EFFECT_UNKNOWN,
+    Attempt.State.FENCED,
+)
+
+
+def _count_takeover(case_id: int, sequence: int) -> None:
+    """Count the claim as a takeover once it commits, when the case's previous attempt ended
+    uncertain (one indexed read, never for a case's first attempt: not on the hot path)."""
+    previous = (
+        Attempt.objects.filter(case_id=case_id, sequence=sequence - 1)
+        .values_list("state", flat=True)
+        .first()
+    )
+    if previous in _UNCERTAIN_ENDINGS:
+        transaction.on_commit(lambda: metrics.takeover(str(previous)))
 
 
 _CLAIMED_FIELDS = (
@@ -966,7 +999,7 @@ def attempt_acknowledge_cancel(*, attempt_id: int, worker: Worker) -> None:
         if updated:
             from reconciliation.revocation import settle_after_stop
 
-            record_slot_released(case, attempt, worker)
+            record_claim_released(case, attempt, worker)
             settle_after_stop(case, worker, f"{attempt.reference} stopped")
 
 
@@ -1010,7 +1043,16 @@ def _expire_one(attempt_id: int, now: dt.datetime) -> bool:
         )
         if not moved:
             return False
-        record_slot_released(case, attempt, watchdog)
+        transaction.on_commit(metrics.lease_expired)
+        with log_context(
+            case=case.reference,
+            operation=attempt.operation.key,
+            attempt=attempt.reference,
+            fencing_token=attempt.fencing_token,
+            worker=watchdog.label,
+        ):
+            logger.warning("%s (worker %s)", text, attempt.worker)
+        record_claim_released(case, attempt, watchdog)
         if case.status != Status.APPLYING:
             return True
         attempt.operation.refresh_from_db(fields=["confirmed_at"])

@@ -12,6 +12,9 @@ building a client, an SSL context and a new connection each time. Closing such a
 leaving its ``with`` block) leaves the shared pool open for the next caller. A client built
 directly, or with its own transport, owns its ``httpx.Client`` and closes it as before.
 
+Every call is counted with its outcome (status code, or the transport failure) and its latency,
+per client method (``reconciliation.metrics``, exported at ``/metrics``).
+
 Every request carries ``Authorization: Bearer <ORDER_SYSTEM_TOKEN>``: the order system answers
 ``401`` to anything without it (``/healthz`` aside).
 
@@ -50,6 +53,7 @@ from urllib.parse import quote
 
 import httpx
 
+from reconciliation import metrics
 from reconciliation.exceptions import (
     APPROVAL_REFUSAL_KINDS,
     CONFLICT_KINDS,
@@ -360,7 +364,7 @@ class OrderSystemClient:
     # --- reads ---------------------------------------------------------------------------
 
     def get_order(self, order_id: str) -> Order:
-        body = self._read("GET", f"/orders/{_seg(order_id)}")
+        body = self._read("get_order", "GET", f"/orders/{_seg(order_id)}")
         return self._parse(
             lambda: Order(
                 order_id=_field(body, "order_id", str),
@@ -372,7 +376,7 @@ class OrderSystemClient:
         )
 
     def get_slot(self, date: dt.date) -> Slot:
-        body = self._read("GET", f"/slots/{date.isoformat()}")
+        body = self._read("get_slot", "GET", f"/slots/{date.isoformat()}")
         return self._parse(
             lambda: Slot(
                 date=_date(body, "date"),
@@ -385,26 +389,32 @@ class OrderSystemClient:
     def get_operation(self, operation_key: str) -> OperationRecord:
         """The consistent lookup. Raises ``UnknownOperation`` on ``404 unknown_operation``:
         proof of no effect only after a fence above every attempt's token."""
-        body = self._read("GET", f"/operations/{_seg(operation_key)}")
+        body = self._read("get_operation", "GET", f"/operations/{_seg(operation_key)}")
         return self._parse(lambda: _operation_record(body), write=False)
 
     def search_operation(self, operation_key: str) -> OperationRecord | None:
         """The lagging search index. ``None`` means "not indexed yet", **never** "not applied":
         callers must not treat it as proof of anything and must keep a case held on it."""
-        body = self._read("GET", "/search/operations", params={"key": operation_key}, absent=True)
+        body = self._read(
+            "search_operation",
+            "GET",
+            "/search/operations",
+            params={"key": operation_key},
+            absent=True,
+        )
         if body is None:
             return None
         return self._parse(lambda: _operation_record(body), write=False)
 
     def capabilities(self) -> dict[str, Any]:
         """What the receiver *claims*. Only the probe's live checks are evidence."""
-        return self._read("GET", "/capabilities")
+        return self._read("capabilities", "GET", "/capabilities")
 
     def fences_seen(self, *, above: int = 0, order_id: str = "") -> FencesSeen:
         """The highest fencing token seen (over every order, or ``order_id``'s) and the
         operations applied with a token above ``above``."""
         params = {"above": str(above), **({"order_id": order_id} if order_id else {})}
-        body = self._read("GET", "/fences/max", params=params)
+        body = self._read("fences_seen", "GET", "/fences/max", params=params)
 
         def parse() -> FencesSeen:
             raw = _field(body, "operations", list)
@@ -445,7 +455,9 @@ class OrderSystemClient:
             "fencing_token": fencing_token,
             "approval_grant": approval_grant,
         }
-        response, body = self._write(f"/orders/{_seg(order_id)}/operations", payload, ok=(200, 201))
+        response, body = self._write(
+            f"/orders/{_seg(order_id)}/operations", payload, ok=(200, 201), call="apply_operation"
+        )
 
         def parse() -> OperationResult:
             result = OperationResult(
@@ -464,7 +476,9 @@ class OrderSystemClient:
 
     def fence(self, order_id: str, fencing_token: int) -> FenceResult:
         """Raise the order's minimum fencing token; later operations below it are refused."""
-        _, body = self._write(f"/orders/{_seg(order_id)}/fence", {"fencing_token": fencing_token})
+        _, body = self._write(
+            f"/orders/{_seg(order_id)}/fence", {"fencing_token": fencing_token}, call="fence"
+        )
         result = self._parse(
             lambda: FenceResult(
                 order_id=_field(body, "order_id", str),
@@ -485,10 +499,18 @@ class OrderSystemClient:
     # --- transport and classification ------------------------------------------------------
 
     def _read(
-        self, method: str, path: str, *, params: Mapping[str, str] | None = None, absent=False
+        self,
+        call: str,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        absent=False,
     ) -> Any:
         try:
-            response = self._client.request(method, path, params=params)
+            with metrics.order_system_call(call) as answer:
+                response = self._client.request(method, path, params=params)
+                answer["outcome"] = str(response.status_code)
         except _NOT_SENT as exc:
             raise Transient("connect_failed", _describe(exc)) from exc
         except httpx.TransportError as exc:
@@ -503,10 +525,17 @@ class OrderSystemClient:
         raise self._error_for(response, write=False)
 
     def _write(
-        self, path: str, payload: Mapping[str, Any], *, ok: tuple[int, ...] = (200,)
+        self,
+        path: str,
+        payload: Mapping[str, Any],
+        *,
+        ok: tuple[int, ...] = (200,),
+        call: str = "other_write",
     ) -> tuple[httpx.Response, dict[str, Any]]:
         try:
-            response = self._client.post(path, json=payload)
+            with metrics.order_system_call(call) as answer:
+                response = self._client.post(path, json=payload)
+                answer["outcome"] = str(response.status_code)
         except _NOT_SENT as exc:
             raise Transient("connect_failed", _describe(exc)) from exc
         except httpx.TransportError as exc:

@@ -25,8 +25,12 @@ from django.utils import timezone
 
 from cases import scheduling
 from cases.models import Case, Status
-from reconciliation.restore import recover_after_restore
-from reconciliation.restored import marker_advance, restore_detected, restore_detected_at_source
+from reconciliation.restore_detection import (
+    marker_advance,
+    restore_detected,
+    restore_detected_at_source,
+)
+from reconciliation.restore_recovery import recover_after_restore
 
 logger = logging.getLogger(__name__)
 

@@ -43,6 +43,16 @@ SCHEDULE_STALE_SECONDS = 90.0
 
 
 @dataclass(frozen=True)
+class ClusterHeartbeat:
+    """One running cluster's last heartbeat as the broker holds it."""
+
+    cluster_id: str
+    host: str
+    age: float
+    workers: int
+
+
+@dataclass(frozen=True)
 class WorkerHealth:
     """What the worker side showed of itself, and the verdict drawn from it."""
 
@@ -54,6 +64,8 @@ class WorkerHealth:
     # Seconds the sweeper's schedule is past due (0 when not yet due); None when it never ran.
     schedule_overdue: float | None = None
     error: str = ""
+    # Each running cluster's last heartbeat, freshest first (empty when not visible).
+    heartbeats: tuple[ClusterHeartbeat, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -88,23 +100,29 @@ def heartbeats_visible(broker: Any) -> bool:
     return cache is not None and not isinstance(cache, LocMemCache | DummyCache)
 
 
-def _cluster_ages(broker: Any, now: dt.datetime) -> tuple[list[float], int]:
-    """Ages of the clusters' last heartbeats (freshest first) and their running worker count."""
+def cluster_heartbeats(broker: Any, now: dt.datetime) -> list[ClusterHeartbeat]:
+    """The last heartbeat of every running cluster the broker shows, freshest first."""
     from django_q.conf import Conf
     from django_q.status import Stat
 
-    running = {Conf.IDLE, Conf.WORKING, Conf.STARTING}
-    ages: list[tuple[float, int]] = []
+    running = {str(s) for s in (Conf.IDLE, Conf.WORKING, Conf.STARTING)}
+    beats: list[ClusterHeartbeat] = []
     for stat in Stat.get_all(broker=broker):
-        if str(getattr(stat, "status", "")) not in {str(s) for s in running}:
+        if str(getattr(stat, "status", "")) not in running:
             continue
         stamp = getattr(stat, "timestamp", None)
         if stamp is None:
             continue
-        ages.append((max(0.0, (now - stamp).total_seconds()), len(getattr(stat, "workers", []))))
-    ages.sort()
-    workers = sum(count for age, count in ages if age <= CLUSTER_STALE_SECONDS)
-    return [age for age, _count in ages], workers
+        beats.append(
+            ClusterHeartbeat(
+                cluster_id=str(getattr(stat, "cluster_id", "")),
+                host=str(getattr(stat, "host", "")),
+                age=max(0.0, (now - stamp).total_seconds()),
+                workers=len(getattr(stat, "workers", [])),
+            )
+        )
+    beats.sort(key=lambda beat: beat.age)
+    return beats
 
 
 def _schedule_overdue(now: dt.datetime) -> float | None:
@@ -137,7 +155,7 @@ def worker_health(*, now: dt.datetime | None = None) -> WorkerHealth:
     try:
         broker = get_broker()
         visible = heartbeats_visible(broker)
-        ages, workers = _cluster_ages(broker, now) if visible else ([], 0)
+        beats = cluster_heartbeats(broker, now) if visible else []
     except Exception as exc:  # noqa: BLE001 - any broker failure is "cannot see the workers"
         return WorkerHealth(
             verdict="stale",
@@ -145,6 +163,8 @@ def worker_health(*, now: dt.datetime | None = None) -> WorkerHealth:
             schedule_overdue=overdue,
             error=f"broker unreadable: {type(exc).__name__}",
         )
+    ages = [beat.age for beat in beats]
+    workers = sum(beat.workers for beat in beats if beat.age <= CLUSTER_STALE_SECONDS)
     if visible:
         alive = bool(ages) and ages[0] <= CLUSTER_STALE_SECONDS
     else:
@@ -162,4 +182,5 @@ def worker_health(*, now: dt.datetime | None = None) -> WorkerHealth:
         cluster_ages=ages,
         cluster_workers=workers,
         schedule_overdue=overdue,
+        heartbeats=tuple(beats),
     )

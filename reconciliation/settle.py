@@ -9,7 +9,7 @@ be applied again by a new attempt, if the approval is still valid and nothing wa
 Anything less — a lagging search's "not found", an unreachable source, a failed fence — is not
 proof: the case stays held with its owner, the reason and a next check on a bounded backoff
 (the ``reconcile`` retry policy); after its limit it stays held, flagged for a person, with no
-automatic next check (``reconciliation.retries``).
+automatic next check (``reconciliation.failures``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import ClassVar
 from django.utils import timezone
 
 from approvals.models import Operation, Proposal
-from approvals.services import review_due_at
+from approvals.services import review_deadline
 from cases.codes import Action
 from cases.exceptions import CaseError, InvalidCaseInput, TransitionRejected
 from cases.fencing import next_fencing_token
@@ -41,8 +41,8 @@ from cases.services import evidence_add
 from reconciliation.client import OperationRecord, OrderSystemClient
 from reconciliation.complete import case_complete
 from reconciliation.exceptions import OrderSystemError, UnknownOperation
-from reconciliation.restored import restore_detected
-from reconciliation.retries import Words, transient_failure_record
+from reconciliation.failures import Words, transient_failure_record
+from reconciliation.restore_detection import restore_detected
 
 
 @dataclass(frozen=True)
@@ -363,7 +363,7 @@ def _settle_absent(
             detail=detail,
             reason=f"Proven absent: {reason}. The approval expired during the "
             f"hold: {operation.key} needs a fresh decision before any apply",
-            next_check_at=review_due_at(timezone.now()),
+            **review_deadline(case),
         )
         return "back to review"
     apply_transition(

@@ -6,7 +6,7 @@ with its next check on a bounded backoff. The ``source_check`` retry counter
 (``cases.retries``; its own, never the apply's) counts consecutive failed checks (a successful
 check, or a person asking for a check, resets it); the check that reaches
 ``settings.SOURCE_CHECK_ATTEMPT_LIMIT`` hands the case to its owner in *needs attention*, where
-nothing is checked again until a person asks (``reconciliation.retries``).
+nothing is checked again until a person asks (``reconciliation.failures``).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from cases.scheduling import enqueue_on_commit
 from cases.services import evidence_add
 from reconciliation.client import OrderSystemClient
 from reconciliation.exceptions import OrderSystemError, UnknownOrder
-from reconciliation.restored import restore_detected
-from reconciliation.retries import Words, literal, transient_failure_record
+from reconciliation.failures import Words, literal, transient_failure_record
+from reconciliation.restore_detection import restore_detected
 
 CHECKABLE = {Status.WAITING_SOURCE, Status.PREPARING_PROPOSAL, Status.AWAITING_REVIEW, Status.READY}
 

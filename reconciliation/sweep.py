@@ -12,7 +12,10 @@ has a due time in the database, and one sweep pass finds all of it:
   compare-and-set lease when a sweep takes one) has passed;
 - the dispatcher enqueues (or runs) the task of every case whose ``next_check_at`` is due; it
   moves ``next_check_at`` forward by the lease of that work, so a task whose worker died is
-  dispatched again once that lease has passed.
+  dispatched again once that lease has passed;
+- every passed follow-up time gets its reminder (``cases.reminders``), and staff mail that is
+  due, and daily digests, are handed out the same way (``cases.delivery``: a compare-and-set
+  on each due time, a send lease).
 
 The pass runs every ``SWEEP_INTERVAL_SECONDS``, derived from the shortest lease. django-q2's
 scheduler ticks only every ~30 s and its interval schedules run at most once a minute, which
@@ -41,6 +44,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from cases import scheduling
+from cases.delivery import digests_dispatch_due, notifications_dispatch_due
+from cases.reminders import follow_ups_remind_due
 from reconciliation import stopping
 from reconciliation.claims import attempts_expire_leases
 from reconciliation.dispatch import dispatch_due
@@ -101,7 +106,8 @@ def inbound_events_redrive(*, now: dt.datetime | None = None, limit: int = 100) 
 def sweep_once(
     *, run: Callable[[str, int], None] | None = None, dispatch_limit: int = 200
 ) -> dict[str, int]:
-    """One pass over everything that is due; ``run`` replaces the enqueue of case tasks."""
+    """One pass over everything that is due; ``run`` replaces the enqueue of case tasks and
+    of mail deliveries."""
     from approvals.services import approvals_expire_due
 
     return {
@@ -109,6 +115,9 @@ def sweep_once(
         "approvals_lapsed": approvals_expire_due(),
         "events_processed": sum(inbound_events_redrive().values()),
         "dispatched": dispatch_due(run=run, limit=dispatch_limit),
+        "follow_ups_reminded": follow_ups_remind_due(),
+        "mails_handed_out": notifications_dispatch_due(run=run),
+        "digests_handed_out": digests_dispatch_due(run=run),
     }
 
 

@@ -5,10 +5,12 @@ Each is safe to run twice: it re-reads state and acts only through a claim or a 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from collections import Counter
+from collections.abc import Iterator
 
 from django.conf import settings
 
@@ -16,6 +18,7 @@ from approvals import services
 from approvals.models import Proposal
 from cases.exceptions import CaseError
 from cases.kernel import Worker
+from cases.logcontext import log_context
 from cases.models import Case, Status
 from reconciliation.apply import apply_case as _apply_case
 from reconciliation.apply import apply_due as _apply_due
@@ -28,8 +31,17 @@ from reconciliation.sources import source_check as _source_check
 logger = logging.getLogger(__name__)
 
 
+@contextlib.contextmanager
+def _about(case_id: int, kind: str) -> Iterator[None]:
+    """Log lines inside name the case (one read of its reference) and this worker."""
+    reference = Case.objects.filter(pk=case_id).values_list("reference", flat=True).first()
+    with log_context(case=reference, worker=Worker.current(kind).label):
+        yield
+
+
 def source_check(case_id: int) -> str:
-    return _source_check(case_id=case_id)
+    with _about(case_id, "source-check"):
+        return _source_check(case_id=case_id)
 
 
 def apply_case(case_id: int) -> str:
@@ -58,7 +70,8 @@ def _tally(outcomes: list[str]) -> str:
 def reconcile_case(case_id: int) -> str:
     from reconciliation.settle import case_reconcile
 
-    return case_reconcile(case_id=case_id)
+    with _about(case_id, "reconcile"):
+        return case_reconcile(case_id=case_id)
 
 
 def dispatch_due() -> int:
@@ -78,6 +91,11 @@ def sweeper() -> str:
 
 def prepare_proposal(case_id: int) -> str:
     """Prepare and submit the proposal as soon as the evidence is current."""
+    with _about(case_id, "proposer"):
+        return _prepare_proposal(case_id)
+
+
+def _prepare_proposal(case_id: int) -> str:
     if settings.PREPARE_TEST_DELAY_SECONDS:  # test-only, refused in production
         logger.warning(
             "prepare_proposal(%s) in process %s: test delay %ss",

@@ -21,6 +21,7 @@ else:
 
     from tests.support.fixtures import *  # noqa: F403
     from tests.support.order_system import *  # noqa: F403
+    from tests.support.smtp import smtp  # noqa: F401 - a real SMTP server (staff mail)
 
     def _allow_test_flush(sender, connection, **kwargs):
         """Flushing a test database truncates the append-only event table; test sessions

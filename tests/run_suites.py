@@ -6,8 +6,10 @@ system (``orders.settings``), each on SQLite and, when a server answers, on Post
 browser suite (``tests/browser``) once, on PostgreSQL, or on SQLite when PostgreSQL does not
 answer. The suites run in two lanes side by side (Holdfast on PostgreSQL alone in one, the rest
 -- with the drills, a PostgreSQL suite of their own -- in the other; ``SUITES_SEQUENTIAL=1`` runs
-them one by one), each printed whole when it ends. With ``REQUIRE_POSTGRES=1`` an unreachable
-PostgreSQL fails the run instead of skipping it.
+them one by one), each printed whole when it ends. The suites beside Holdfast's PostgreSQL suite
+have databases named after ``TEST_DATABASE_URL``'s (``<name>_browser``, ``<name>_drills``,
+``<name>_orders``), so two checkouts run side by side on one server. With ``REQUIRE_POSTGRES=1``
+an unreachable PostgreSQL fails the run instead of skipping it.
 Extra arguments are passed to every pytest invocation (e.g. ``-k claim -x``).
 """
 
@@ -35,7 +37,7 @@ ORDERS = [*NO_SCHEMATHESIS, "--ds=orders.settings", "tests/orders"]
 # The drills (PostgreSQL only: a real stack, every scenario against it) run as a suite of their
 # own in the other lane, which balances the two: without them Holdfast's PostgreSQL suite was the
 # longer lane by about their length (1,066 s against 850 s in a clean-clone run).
-DRILLS = "tests/reconciliation/test_drills.py"
+DRILLS = "tests/lab/test_drills.py"
 
 
 def postgres_url() -> str:
@@ -68,6 +70,14 @@ def postgres_answers(url: str) -> tuple[bool, str]:
 def with_database(url: str, name: str) -> str:
     parts = urlsplit(url)
     return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, ""))
+
+
+def side_database(url: str, suffix: str) -> str:
+    """The URL of a database beside ``url``'s, named after it (``<name>_<suffix>``), so that two
+    checkouts with their own ``TEST_DATABASE_URL`` run ``make test`` side by side on one server
+    without sharing the browser's, the drills' or the order system's database."""
+    name = urlsplit(url).path.lstrip("/") or "holdfast"
+    return with_database(url, f"{name}_{suffix}")
 
 
 def run_suite(title: str, args: list[str], env: dict[str, str], extra: list[str]) -> dict:
@@ -176,12 +186,12 @@ def main(extra: list[str]) -> int:
         pg_env = {
             "DATABASE_URL": pg,
             "TEST_DATABASE_URL": pg,
-            "ORDERS_DATABASE_URL": with_database(pg, "holdfast_orders"),
+            "ORDERS_DATABASE_URL": side_database(pg, "orders"),
             "DJANGO_ENV": "test",
         }
         # Suites that run beside the Holdfast suite have databases of their own.
-        browser_env = _own_database(pg_env, with_database(pg, "holdfast_browser"))
-        drills_env = _own_database(pg_env, with_database(pg, "holdfast_drills"))
+        browser_env = _own_database(pg_env, side_database(pg, "browser"))
+        drills_env = _own_database(pg_env, side_database(pg, "drills"))
         lanes = [
             [
                 (

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("cases", "approvals", "reconciliation", "config", "orders")
+PACKAGES = ("cases", "approvals", "reconciliation", "config", "orders", "lab")
 
 
 def _modules() -> list[Path]:

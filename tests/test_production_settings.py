@@ -24,6 +24,8 @@ HOLDFAST_DEFAULTS = {
     "APPROVAL_GRANT_KEY": "dev-approval-grant-key",
     "ORDER_WEBHOOK_SECRET": "dev-webhook-secret",
     "ORDER_SYSTEM_TOKEN": "dev-order-system-token",
+    # /metrics is open in development (no token): production requires one.
+    "METRICS_TOKEN": "",
 }
 ORDERS_DEFAULTS = {
     "SECRET_KEY": "dev-insecure-orders-secret-key",
@@ -57,6 +59,7 @@ def _env(module: str, tmp_path: Path, **overrides: str | None) -> dict[str, str]
             "ALLOWED_HOSTS": "holdfast.example",
             "DATABASE_URL": f"sqlite:///{tmp_path / 'holdfast.sqlite3'}",
             "ORDERS_DATABASE_URL": f"sqlite:///{tmp_path / 'orders.sqlite3'}",
+            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
         }
     )
     env.update({name: secrets.token_urlsafe(48) for name in MODULES[module]})
@@ -130,6 +133,50 @@ def test_development_still_runs_on_the_development_defaults(tmp_path, module):
     assert result.stdout.strip() == "dev-approval-grant-key"
 
 
+def test_production_metrics_need_a_directory_the_hosts_processes_share(tmp_path):
+    missing = _setup(_env("config.settings", tmp_path, PROMETHEUS_MULTIPROC_DIR=None))
+    not_a_directory = _setup(
+        _env("config.settings", tmp_path, PROMETHEUS_MULTIPROC_DIR=str(tmp_path / "nowhere"))
+    )
+
+    for result in (missing, not_a_directory):
+        assert result.returncode != 0
+        assert "PROMETHEUS_MULTIPROC_DIR" in result.stderr
+
+
+def test_production_without_metrics_needs_neither_their_token_nor_their_directory(tmp_path):
+    env = _env(
+        "config.settings",
+        tmp_path,
+        METRICS_ENABLED="0",
+        METRICS_TOKEN=None,
+        PROMETHEUS_MULTIPROC_DIR=None,
+    )
+
+    result = _setup(env)
+
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("environment", "renderers"),
+    [
+        ("production", ["JSONRenderer"]),
+        (None, ["JSONRenderer", "BrowsableAPIRenderer"]),
+    ],
+)
+def test_the_browsable_api_is_served_in_development_only(tmp_path, environment, renderers):
+    code = (
+        "import django; django.setup(); from rest_framework.settings import api_settings; "
+        "print(' '.join(r.__name__ for r in api_settings.DEFAULT_RENDERER_CLASSES))"
+    )
+
+    result = _run(_env("config.settings", tmp_path, DJANGO_ENV=environment), "-c", code)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == renderers
+
+
 def test_holdfast_and_the_order_system_share_the_development_credential(tmp_path):
     """``make run`` works without configuration: both sides default to the same token."""
     assert HOLDFAST_DEFAULTS["ORDER_SYSTEM_TOKEN"] == ORDERS_DEFAULTS["ORDERS_API_TOKEN"]
@@ -178,6 +225,32 @@ def test_make_run_refuses_production(tmp_path):
     assert result.returncode == 2
     assert "development stack" in result.stderr
     assert not (tmp_path / "holdfast.sqlite3").exists()
+
+
+# What the apply step's named points call in a fresh process (``reconciliation.apply``).
+OBSERVERS = (
+    "import django; django.setup()\n"
+    "from reconciliation.apply import STEP_POINT_OBSERVERS as o\n"
+    "print([f'{f.__module__}.{f.__qualname__}' for f in o])\n"
+)
+DRILL_POINT = "lab.drills.step_points.drill_point"
+
+
+def test_production_registers_no_drill_step_point_even_when_a_drill_asks(tmp_path):
+    """The lab's stop point (a SIGSTOP at a named point of the apply) never loads in production,
+    whatever the environment says; only a drill worker outside production registers it."""
+    production = _run(_env("config.settings", tmp_path, HOLDFAST_DRILL="1"), "-c", OBSERVERS)
+    drill_worker = _run(
+        _env("config.settings", tmp_path, DJANGO_ENV="test", HOLDFAST_DRILL="1"), "-c", OBSERVERS
+    )
+    plain_worker = _run(
+        _env("config.settings", tmp_path, DJANGO_ENV="test", HOLDFAST_DRILL=None), "-c", OBSERVERS
+    )
+
+    assert production.returncode == 0, production.stderr
+    assert production.stdout.strip() == "[]"
+    assert drill_worker.stdout.strip() == repr([DRILL_POINT]), drill_worker.stderr
+    assert plain_worker.stdout.strip() == "[]", plain_worker.stderr
 
 
 def test_the_connection_pool_is_bounded_for_web_processes_and_refused_for_workers(tmp_path):

@@ -34,7 +34,13 @@ from reconciliation.sweep import SWEEPER_TASK
 
 ROOT = Path(__file__).resolve().parent.parent
 GUNICORN = Path(sys.executable).with_name("gunicorn")
-SECRETS = ("SECRET_KEY", "APPROVAL_GRANT_KEY", "ORDER_WEBHOOK_SECRET", "ORDER_SYSTEM_TOKEN")
+SECRETS = (
+    "SECRET_KEY",
+    "APPROVAL_GRANT_KEY",
+    "ORDER_WEBHOOK_SECRET",
+    "ORDER_SYSTEM_TOKEN",
+    "METRICS_TOKEN",
+)
 HTTPS = {"X-Forwarded-Proto": "https"}  # what the TLS proxy in front of gunicorn adds
 
 
@@ -53,10 +59,16 @@ def _production_env(tmp_path: Path, database_url: str) -> dict[str, str]:
             "DATABASE_URL": database_url,
             "STATIC_ROOT": str(tmp_path / "static"),
             "HOLDFAST_STATE_DIR": str(tmp_path / "state"),
+            "PROMETHEUS_MULTIPROC_DIR": str(_made(tmp_path / "metrics")),
             "PYTHONUNBUFFERED": "1",
         }
     )
     return env
+
+
+def _made(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
 
 
 def _manage(env: dict[str, str], *args: str) -> subprocess.Popen:
@@ -193,6 +205,24 @@ def test_gunicorn_serves_the_app_static_files_and_health(tmp_path, served_databa
         assert login.status_code == 200, log.read_text()
         assert f"/static/{hashed_css}" in login.text
         assert "Strict-Transport-Security" in login.headers
+        assert "script-src 'self'" in login.headers["Content-Security-Policy"]
+        assert "camera=()" in login.headers["Permissions-Policy"]
+
+        # The API speaks JSON only: no browsable HTML, even to a browser.
+        browser = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+        api = httpx.get(f"{url}/api/cases/", headers={**HTTPS, "Accept": browser}, timeout=10)
+        assert api.status_code == 401
+        assert api.headers["Content-Type"] == "application/json", api.text[:200]
+
+        # /metrics answers the bearer token only, and reads the desk from the database.
+        refused = httpx.get(f"{url}/metrics", headers=HTTPS, timeout=10)
+        assert refused.status_code == 401
+        assert "holdfast_" not in refused.text
+        token = {"Authorization": f"Bearer {env['METRICS_TOKEN']}"}
+        scraped = httpx.get(f"{url}/metrics", headers={**HTTPS, **token}, timeout=10)
+        assert scraped.status_code == 200, log.read_text()
+        assert 'holdfast_cases_open{status="held"} 0.0' in scraped.text
+        assert "holdfast_database_up 1.0" in scraped.text
 
     requests_logged = log.read_text()
     assert "GET /readyz" in requests_logged

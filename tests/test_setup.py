@@ -24,6 +24,8 @@ _INHERITED = {
     "APPROVAL_GRANT_KEY",
     "ORDER_WEBHOOK_SECRET",
     "ORDER_SYSTEM_TOKEN",
+    "METRICS_TOKEN",
+    "PROMETHEUS_MULTIPROC_DIR",
     "REDIS_URL",
     "CONN_MAX_AGE",
     "SECURE_SSL_REDIRECT",
@@ -43,6 +45,8 @@ def _production_env(tmp_path, **overrides) -> dict[str, str]:
             "APPROVAL_GRANT_KEY": secrets.token_urlsafe(48),
             "ORDER_WEBHOOK_SECRET": secrets.token_urlsafe(48),
             "ORDER_SYSTEM_TOKEN": secrets.token_urlsafe(48),
+            "METRICS_TOKEN": secrets.token_urlsafe(48),
+            "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
             "DATABASE_URL": f"sqlite:///{tmp_path / 'deploy.sqlite3'}",
         }
     )

@@ -14,8 +14,8 @@ import pytest
 from django.utils.module_loading import import_string
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("cases", "approvals", "reconciliation", "config")
-_PATH = re.compile(r"""["']((?:cases|approvals|reconciliation)\.tasks\w*\.\w+)["']""")
+APPS = ("cases", "approvals", "reconciliation", "config", "lab")
+_PATH = re.compile(r"""["']((?:cases|approvals|reconciliation|lab\.bench)\.tasks\w*\.\w+)["']""")
 
 
 def _paths_in_source() -> set[str]:
@@ -32,6 +32,7 @@ def test_the_scan_finds_the_known_task_paths():
     paths = _paths_in_source()
     assert "reconciliation.tasks.apply_case" in paths
     assert "reconciliation.tasks.prepare_proposal" in paths
+    assert "lab.bench.tasks.noop" in paths  # the bench's own tasks, enqueued by path
 
 
 @pytest.mark.parametrize("path", sorted(_paths_in_source()))

@@ -1,7 +1,7 @@
 """Approvals and proposal authors are append-only, whoever connects (``cases.append_only``).
 
 - ``approvals_proposalauthor``: never updated or deleted (``holdfast_guard_rows()`` from
-  ``cases`` 0017, with no mutable column).
+  ``cases`` 0021, with no mutable column).
 - ``approvals_approval``: a decision is never rewritten or deleted; only its revocation
   (``revoked_at``, ``revoked_reason``) is written later, from empty to set, once
   (``holdfast_approval_revoke_once()``): a second revocation, or a revocation that leaves
@@ -94,7 +94,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ("approvals", "0005_proposal_authors"),
-        ("cases", "0017_append_only_attempts"),
+        ("cases", "0021_append_only_attempts"),
     ]
 
     operations = [

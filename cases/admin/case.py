@@ -26,6 +26,8 @@ from cases.admin import views
 from cases.admin.extend import EXTENSIONS
 from cases.admin.filters import (
     ActionFilter,
+    FollowUpFilter,
+    MineToAnswerFilter,
     OverdueFilter,
     OwnerFilter,
     PrintableChoicesFilter,
@@ -36,7 +38,7 @@ from cases.admin.forms import CaseChangeForm
 from cases.admin.inlines import AttemptInline, CancellationInline, CaseEventInline, EvidenceInline
 from cases.admin.search import IndexedSearchMixin
 from cases.exceptions import CaseError
-from cases.models import Case, CaseEvent
+from cases.models import Case, CaseEvent, FollowUpState, overdue_cutoff
 from cases.paging import BoundedCountAdminMixin
 
 # The kernel's inlines and their positions on the case page; apps add theirs (``extend``).
@@ -61,6 +63,7 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         "owner",
         "responsible_now_display",
         "waiting_on",
+        "follow_up_display",
         "next_check_display",
         "team",
     ]
@@ -69,7 +72,9 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         ("waiting_on", PrintableChoicesFilter),
         OwnerFilter,
         ResponsibleNowFilter,
+        MineToAnswerFilter,
         OverdueFilter,
+        FollowUpFilter,
         TeamFilter,
     ]
     search_fields = ["reference", "order_id", "account__reference", "account__name", "request_key"]
@@ -228,12 +233,25 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
             return format_html("{} <small>(backup; owner away)</small>", person)
         return person
 
+    @admin.display(description="follow-up", ordering="follow_up_at")
+    def follow_up_display(self, case: Case) -> str:
+        """The person's clock: when the one waited on is late, at risk or overdue."""
+        if case.follow_up_at is None or case.is_terminal:
+            return "—"
+        text = timezone.localtime(case.follow_up_at).strftime("%Y-%m-%d %H:%M")
+        state = case.follow_up_state()
+        if state == FollowUpState.OVERDUE:
+            return format_html('<strong class="hf-overdue">{} (overdue)</strong>', text)
+        if state == FollowUpState.AT_RISK:
+            return format_html('<strong class="hf-at-risk">{} (at risk)</strong>', text)
+        return text
+
     @admin.display(description="next check", ordering="next_check_at")
     def next_check_display(self, case: Case) -> str:
         if case.next_check_at is None:
             return "—"
         text = timezone.localtime(case.next_check_at).strftime("%Y-%m-%d %H:%M")
-        if case.is_overdue:
+        if case.next_check_at < overdue_cutoff() and not case.is_terminal:
             return format_html('<strong class="hf-overdue">{} (overdue)</strong>', text)
         return text
 

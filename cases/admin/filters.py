@@ -89,12 +89,46 @@ class ResponsibleNowFilter(_TeamMemberFilter):
         return queryset.responsible(user) if user else queryset.none()
 
 
+class MineToAnswerFilter(_TeamMemberFilter):
+    """ "Mine to answer now" (``cases.inbox.cases_to_answer``): the cases waiting on the person
+    as the one responsible now, and the decisions they may take."""
+
+    title = "to answer now"
+    parameter_name = "answer"
+
+    def queryset(self, request: Any, queryset: Any) -> Any:
+        from cases.inbox import cases_to_answer
+
+        pk = _selected_id(self)
+        if pk is None:
+            return queryset
+        user = User.objects.filter(pk=pk).first()
+        return cases_to_answer(user, queryset) if user else queryset.none()
+
+
+class FollowUpFilter(admin.SimpleListFilter):
+    """Where a person's wait stands against its follow-up time."""
+
+    title = "person's follow-up"
+    parameter_name = "follow_up"
+
+    def lookups(self, request: Any, model_admin: Any) -> list[tuple[str, str]]:
+        return [("at_risk", "At risk"), ("waiting", "Waits on a person")]
+
+    def queryset(self, request: Any, queryset: Any) -> Any:
+        if self.value() == "at_risk":
+            return queryset.at_risk()
+        if self.value() == "waiting":
+            return queryset.open().filter(follow_up_at__isnull=False)
+        return queryset
+
+
 class OverdueFilter(admin.SimpleListFilter):
     title = "follow-up"
     parameter_name = "overdue"
 
     def lookups(self, request: Any, model_admin: Any) -> list[tuple[str, str]]:
-        return [("yes", "Overdue next check"), ("no", "Not overdue")]
+        return [("yes", "Overdue (follow-up or next check)"), ("no", "Not overdue")]
 
     def queryset(self, request: Any, queryset: Any) -> Any:
         if self.value() == "yes":

@@ -5,8 +5,9 @@ from __future__ import annotations
 from django import template
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
 
-from cases import selectors
+from cases import inbox, selectors
 from cases.extensions import dashboard_panels, dashboard_tiles
 from cases.models import StaffProfile, Status
 
@@ -24,8 +25,8 @@ def holdfast_dashboard(context):
     queues = [
         (
             "Mine to answer now",
-            cases.open().responsible(user).count(),
-            f"{changelist}?responsible={user.pk}",
+            inbox.cases_to_answer(user, cases).count(),
+            f"{changelist}?answer={user.pk}",
         ),
         (
             "Held: reconcile from evidence",
@@ -37,6 +38,7 @@ def holdfast_dashboard(context):
             cases.filter(status=Status.NEEDS_ATTENTION).count(),
             reverse("admin:cases_attentioncase_changelist"),
         ),
+        ("Follow-up at risk", cases.at_risk().count(), f"{changelist}?follow_up=at_risk"),
         ("Overdue follow-up", cases.overdue().count(), f"{changelist}?overdue=yes"),
     ]
     queues += [(tile.label, tile.count(user), tile.url()) for tile in dashboard_tiles()]
@@ -71,3 +73,18 @@ def absence_context(request) -> dict:
         "me": user,
         "my_profile": StaffProfile.objects.filter(user=user).first(),
     }
+
+
+@register.simple_tag(takes_context=True)
+def holdfast_inbox_link(context):
+    """The header's link to the person's inbox, with their unread count (one indexed count)."""
+    user = getattr(context.get("request"), "user", None)
+    if user is None or not user.is_authenticated or not user.is_staff:
+        return ""
+    unread = inbox.unread_count(user)
+    return format_html(
+        '<a href="{}" id="hf-inbox" aria-label="Inbox: {} unread">Inbox{}</a> / ',
+        reverse("admin:cases_notification_changelist"),
+        unread,
+        format_html(' <strong class="hf-unread">({})</strong>', unread) if unread else "",
+    )

@@ -284,11 +284,11 @@ def test_the_owner_is_refused_too_unless_it_sets_the_switch(attempt):
 
 
 def test_every_attempt_column_is_either_identity_or_mutable_in_both_guards():
-    """The model's guard (``Attempt.MUTABLE``) and the trigger (``cases`` 0017's identity
+    """The model's guard (``Attempt.MUTABLE``) and the trigger (``cases`` 0021's identity
     columns) split the attempt's columns the same way, and miss none."""
     import importlib
 
-    migration = importlib.import_module("cases.migrations.0017_append_only_attempts")
+    migration = importlib.import_module("cases.migrations.0021_append_only_attempts")
     columns = {field.column for field in Attempt._meta.concrete_fields}
     assert set(migration.IDENTITY) | set(Attempt.MUTABLE) == columns
     assert not set(migration.IDENTITY) & set(Attempt.MUTABLE)

@@ -311,9 +311,12 @@ def test_a_decision_ends_the_review_deadline(proposal, approver, agent, make_cas
     assert reload(rejected_case).next_check_at is not None
     services.proposal_reject(proposal=rejected, actor=approver, reason="Wrong date")
     after_reject = reload(rejected_case)
-    # Left set, the dispatcher would prepare a proposal on its own when the deadline passed.
-    assert after_reject.status == "preparing_proposal"
+    # Left set, the dispatcher would prepare a proposal on its own when the deadline passed;
+    # the person who prepares the next one has a follow-up instead.
+    assert after_reject.status == "proposal_rejected"
     assert after_reject.next_check_at is None
+    assert after_reject.follow_up_reason == "rejected"
+    assert after_reject.follow_up_at is not None
 
 
 def test_a_changed_intent_during_review_ends_the_review_deadline(proposal, agent):

@@ -116,8 +116,10 @@ def test_reject_with_a_reason_sends_the_case_back_to_the_owner_to_prepare_anothe
     assert response.json()["status"] == "rejected"
 
     case = reload(proposal.case)
-    assert case.status == Status.PREPARING_PROPOSAL
+    # Not "preparing a proposal" (which reads as a worker at it): a person must prepare another.
+    assert case.status == Status.PROPOSAL_REJECTED
     assert case.waiting_on == WaitingOn.OWNER
+    assert case.follow_up_reason == "rejected"
     decision = Approval.objects.get(proposal=proposal)
     assert (decision.decision, decision.reason, decision.grant) == (
         "rejected",
@@ -126,7 +128,7 @@ def test_reject_with_a_reason_sends_the_case_back_to_the_owner_to_prepare_anothe
     )
     event = CaseEvent.objects.filter(case=case).latest("id")
     assert event.reason == "The slot is full that week"
-    assert event.to_status == Status.PREPARING_PROPOSAL
+    assert event.to_status == Status.PROPOSAL_REJECTED
 
 
 def test_approve_with_expiry_beyond_the_maximum_is_400(proposal, approver, api, settings):

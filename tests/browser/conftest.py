@@ -3,8 +3,9 @@
 Each test gets a fresh browser context and page on one Chromium per session, a live Holdfast
 served from a thread over ``transactional_db`` (its rows must be visible to the server
 thread), and the reference order system as a separate process (``live_orders``). A test fails
-on any server error (HTTP 500 or an exception in a view), on any console error and on any
-uncaught page error. Screenshots land in ``var/browser-artifacts/``.
+on any server error (HTTP 500 or an exception in a view), on any console error, on any
+uncaught page error and on any Content-Security-Policy violation. Screenshots land in
+``var/browser-artifacts/`` (``docs_shot``: in ``docs/screenshots/`` with DOCS_SCREENSHOTS=1).
 
 Playwright's sync API runs an event loop in the test's thread, so Django would refuse ORM
 calls from the test (``SynchronousOnlyOperation``); the test thread only reads and sets up
@@ -131,6 +132,7 @@ def open_page(chromium_browser, holdfast, request) -> Iterator[Callable[..., obj
             base_url=holdfast, viewport=viewport or DESKTOP, locale="en-US"
         )
         context.set_default_timeout(ACTION_TIMEOUT_MS)
+        watch_csp(context, problems)
         contexts.append(context)
         page = context.new_page()
         watch(page)
@@ -140,6 +142,25 @@ def open_page(chromium_browser, holdfast, request) -> Iterator[Callable[..., obj
     for context in contexts:
         context.close()
     assert not problems, "The browser saw errors:\n" + "\n".join(problems)
+
+
+CSP_LISTENER_JS = """
+document.addEventListener("securitypolicyviolation", (e) => {
+  window.__holdfastCspViolation(
+    `${e.violatedDirective} blocked ${e.blockedURI || "inline"} at ${e.sourceFile}:${e.lineNumber}`
+  );
+});
+"""
+
+
+def watch_csp(context, problems: list[str]) -> None:
+    """Every Content-Security-Policy violation on any page of ``context`` is a problem: the
+    page's own ``securitypolicyviolation`` events, reported across navigations."""
+    context.expose_binding(
+        "__holdfastCspViolation",
+        lambda source, text: problems.append(f"CSP violation on {source['page'].url}: {text}"),
+    )
+    context.add_init_script(CSP_LISTENER_JS)
 
 
 @pytest.fixture
@@ -215,6 +236,21 @@ def login(page, username: str, password: str = PASSWORD) -> None:
     page.get_by_role("button", name="Log in").click()
     page.wait_for_load_state()
     assert "/admin/login/" not in page.url, f"{username} could not log in: {visible_text(page)}"
+
+
+DOCS_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+
+def docs_shot(page, role: str, name: str) -> Path:
+    """A window-sized screenshot for the docs: with ``DOCS_SCREENSHOTS=1`` (``make
+    docs-screenshots``) ``docs/screenshots/<role>-<name>.png``, which the role's guide shows;
+    otherwise a browser artifact like any other."""
+    if os.environ.get("DOCS_SCREENSHOTS") != "1":
+        return shot(page, f"docs-{role}-{name}")
+    DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = DOCS_SCREENSHOTS / f"{role}-{name}.png"
+    page.screenshot(path=str(path))
+    return path
 
 
 def shot(page, name: str) -> Path:

@@ -57,6 +57,7 @@ def test_approver_rejects_with_a_reason_and_the_owner_reads_it(page, reviewable_
     success = " ".join(messages(page, "success"))
     assert "rejected" in success, f"No rejection confirmed: {shown}"
     open_case_from_proposal(page, case)
-    assert panel_status(page) == "Preparing a proposal"
+    # A person must prepare another: the page never reads as if a worker were at it.
+    assert panel_status(page) == "Rejected: a person prepares another proposal"
     assert reason in page.locator("#content").inner_text()
-    assert Case.objects.get(pk=case.pk).status == "preparing_proposal"
+    assert Case.objects.get(pk=case.pk).status == "proposal_rejected"

@@ -91,7 +91,7 @@ def test_rejecting_with_a_reason_closes_the_proposal_for_the_owner(open_page, re
     assert decision.reason == "The customer wants Saturday, not Friday"
     assert Proposal.objects.get(pk=proposal.pk).status == Proposal.Status.REJECTED
     case.refresh_from_db()
-    assert case.status == "preparing_proposal"
+    assert case.status == "proposal_rejected"
 
 
 def _fits(page, width: int, name: str) -> None:

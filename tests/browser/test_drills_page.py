@@ -8,8 +8,8 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
-from reconciliation.drills.report import write_report
-from reconciliation.drills.runner import FAIL, PASS, SKIP, ScenarioResult
+from lab.drills.report import write_report
+from lab.drills.runner import FAIL, PASS, SKIP, ScenarioResult
 from tests.browser.conftest import DESKTOP, PHONE, assert_fits, login, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.order_system]
@@ -62,7 +62,7 @@ def test_a_lead_reads_the_last_drill_run_and_its_report(open_page, staff, tmp_pa
     page.get_by_role("link", name="Drill runs").first.click()
     page.wait_for_load_state()
     shot(page, "drill-runs")
-    assert page.url.endswith("/admin/reconciliation/drillrun/")
+    assert page.url.endswith("/admin/lab/drillrun/")
     rows = page.locator("#result_list tbody tr")
     assert rows.count() == 2
     newest = rows.first  # the last run comes first
@@ -74,7 +74,7 @@ def test_a_lead_reads_the_last_drill_run_and_its_report(open_page, staff, tmp_pa
     newest.get_by_role("link", name="HTML report").click()
     page.wait_for_load_state()
     shot(page, "drill-report")
-    assert page.url.endswith(f"/admin/reconciliation/drillrun/{run.pk}/report/")
+    assert page.url.endswith(f"/admin/lab/drillrun/{run.pk}/report/")
     summary = page.locator("body").inner_text()
     assert "2 passed, 1 failed, 1 skipped or not implemented" in summary
     table = page.locator("table").first

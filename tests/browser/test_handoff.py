@@ -73,20 +73,23 @@ def logout(page) -> None:
     shot(page, "logged-out")
 
 
-def find_case_as_backup(page, case, step: str) -> dict[str, str]:
-    """From the admin home page, 'Mine to answer now', then the case's link: the case page."""
+def find_case_as_backup(page, case, step: str, *, waits_on_me: bool) -> dict[str, str]:
+    """From the admin home page to the case page: 'Mine to answer now' when the case waits on
+    Bo Backup; otherwise (it waits on the order system or the approvers) the case list of
+    what Bo Backup is responsible for."""
     if not page.url.rstrip("/").endswith("/admin"):  # after logging in it is the home page
         page.locator(".breadcrumbs").get_by_role("link", name="Home").click()
         page.wait_for_load_state()
     assert page.locator("#hf-absence").count(), f"Not the admin home page: {page.url}"
     shot(page, f"{step}-home")
-    page.get_by_role("link", name="Mine to answer now").click()
+    if waits_on_me:
+        page.get_by_role("link", name="Mine to answer now").click()
+    else:
+        page.goto(f"/admin/cases/case/?responsible={case.backup_id}")
     page.wait_for_load_state()
     shot(page, f"{step}-mine")
     link = page.locator("#changelist").get_by_role("link", name=case.reference, exact=True)
-    assert link.count(), (
-        f"{case.reference} is not among Bo Backup's cases to answer: {visible_text(page)}"
-    )
+    assert link.count(), f"{case.reference} is not among Bo Backup's cases: {visible_text(page)}"
     link.first.click()
     page.wait_for_load_state()
     shot(page, f"{step}-case")
@@ -138,7 +141,7 @@ def test_backup_takes_over_the_unfinished_case_while_the_owner_is_away(
     live_orders.set_fault("unavailable", times=None)
     assert source_check(case_id=case.pk) != "checked"
     login(page, "backup")
-    fields = find_case_as_backup(page, case, "a-source-down")
+    fields = find_case_as_backup(page, case, "a-source-down", waits_on_me=False)
     assert panel_status(page) == "Waiting for the order source", panel_status(page)
     why = fields["Why it waits"]
     assert re.search(r"order system did not answer|unavailable", why, re.I), why
@@ -156,7 +159,7 @@ def test_backup_takes_over_the_unfinished_case_while_the_owner_is_away(
     live_orders.clear_faults()
     assert source_check(case_id=case.pk) == "checked"
     assert prepare_proposal(case.pk) == "submitted"
-    fields = find_case_as_backup(page, case, "b-awaiting-review")
+    fields = find_case_as_backup(page, case, "b-awaiting-review", waits_on_me=False)
     assert panel_status(page) == "Awaiting review", panel_status(page)
     assert re.search(r"approv", fields["Why it waits"], re.I), fields["Why it waits"]
     who = fields["Who must answer"]
@@ -189,7 +192,7 @@ def test_backup_takes_over_the_unfinished_case_while_the_owner_is_away(
     live_orders.set_fault("drop_after_commit", path_prefix="/orders/")
     assert apply_case(case_id=case.pk) == "effect_unknown"
     live_orders.clear_faults()
-    fields = find_case_as_backup(page, case, "c-held")
+    fields = find_case_as_backup(page, case, "c-held", waits_on_me=True)
     assert panel_status(page).startswith("Held"), panel_status(page)
     text = page.locator(PANEL).inner_text()
     assert "outcome is not known" in text or "Effect unknown" in text, text

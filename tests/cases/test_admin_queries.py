@@ -139,7 +139,13 @@ def test_list_pages_count_their_rows_once(as_lead, make_case, name, params):
     with CaptureQueriesContext(connection) as captured:
         response = as_lead.get(reverse(f"admin:{name}"), params)
     assert response.status_code == 200
-    counts = [q["sql"] for q in captured.captured_queries if "COUNT(*)" in q["sql"]]
+    # The header's unread count (one indexed count of the person's own notifications) is not
+    # a count of the list's rows.
+    counts = [
+        q["sql"]
+        for q in captured.captured_queries
+        if "COUNT(*)" in q["sql"] and "cases_notification" not in q["sql"]
+    ]
     assert len(counts) <= 1, counts
 
 

@@ -447,3 +447,18 @@ def test_every_mapped_code_renders_without_a_placeholder(code):
 
     assert "{" not in text
     assert text[0].isupper()
+
+
+def test_a_released_claim_is_written_under_its_new_code_and_old_events_read_the_same():
+    """An attempt's claim was once called its "execution slot" (a delivery slot is another
+    thing). The audit log is append-only: events stored under the old code stay and read as
+    before, and nothing writes that code again."""
+    codes = _action_codes_written()
+    at = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    old = _event("cases.attempt.slot_released", at, detail={"attempt": "D-41-a1"})
+    new = _event("cases.attempt.claim_released", at, detail={"attempt": "D-41-a1"})
+
+    assert "cases.attempt.claim_released" in codes
+    assert "cases.attempt.slot_released" not in codes
+    assert case_story.event_sentence(old).text == "D-41-a1 released its claim"
+    assert case_story.event_sentence(new).text == "D-41-a1 released its claim"

@@ -43,6 +43,6 @@ def test_revocation_and_lease_expiry_record_each_fact_at_its_own_version(approve
         "cases.attempt.cancel_requested",
         "cases.revocation.fenced",
         "cases.attempt.lease_expired",
-        "cases.attempt.slot_released",
+        "cases.attempt.claim_released",
     ):
         assert fact in actions

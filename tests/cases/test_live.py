@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import httpx
 import pytest
+from django.contrib.staticfiles import finders
 from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
@@ -287,4 +289,8 @@ def test_case_page_include_renders_the_banner_for_the_case_endpoint(rf, case):
     assert f'data-live-url="{case_url(case.reference)}"' in html
     assert f'data-live-version="{case.version}"' in html
     assert 'aria-live="polite"' in html
-    assert 'credentials: "same-origin"' in html
+    # The poller is a static file (the Content-Security-Policy allows no inline script).
+    assert '<script src="/static/holdfast/live.js"></script>' in html
+    assert "<script>" not in html
+    script = Path(finders.find("holdfast/live.js")).read_text()
+    assert 'credentials: "same-origin"' in script

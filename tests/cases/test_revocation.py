@@ -174,7 +174,7 @@ def test_the_worker_sees_the_intent_on_its_heartbeat_and_stops_and_the_case_is_s
         "cases.attempt.worker_stopped"
     )
     assert actions.index("cases.attempt.worker_stopped") < actions.index(
-        "cases.attempt.slot_released"
+        "cases.attempt.claim_released"
     )
     assert "cases.attempt.lease_expired" not in actions
     assert live_orders.state("ORD-7731")["operations"] == []
@@ -196,7 +196,7 @@ def test_when_the_worker_never_answers_lease_expiry_holds_and_reconcile_stops_th
     assert case.status == Status.STOPPED
     actions = _actions(case)
     assert "cases.attempt.lease_expired" in actions
-    assert "cases.attempt.slot_released" in actions
+    assert "cases.attempt.claim_released" in actions
     assert "cases.attempt.worker_stopped" not in actions
     assert live_orders.state("ORD-7731")["operations"] == []
 
@@ -261,7 +261,7 @@ def test_a_fenced_attempt_calling_apply_directly_sends_nothing(approved_case, li
 
 
 @pytest.mark.order_system
-def test_operators_see_cancellation_requested_worker_stopped_lease_expired_and_slot_released(
+def test_operators_see_cancellation_requested_worker_stopped_lease_expired_and_claim_released(
     approved_case, live_orders, lead, agent
 ):
     acknowledged, first, _ = _revoke_running(approved_case, lead)
@@ -280,7 +280,7 @@ def test_operators_see_cancellation_requested_worker_stopped_lease_expired_and_s
         "cases.attempt.cancel_requested",
         "cases.attempt.worker_stopped",
         "cases.attempt.lease_expired",
-        "cases.attempt.slot_released",
+        "cases.attempt.claim_released",
     }
     assert distinct <= seen
     assert len(distinct) == 4

@@ -46,15 +46,18 @@ from cases.models import (
     CaseEvent,
     CustomerAccount,
     EvidenceReference,
+    FollowUpPolicy,
     HeldCase,
+    Notification,
     StaffProfile,
     Status,
     Team,
 )
+from lab.models import DrillRun
 from reconciliation.claims import case_authorize_apply, case_claim
 from reconciliation.client import OrderSystemClient
 from reconciliation.inbound import inbound_event_process, inbound_event_receive
-from reconciliation.models import DrillRun, InboundEvent
+from reconciliation.models import InboundEvent
 from reconciliation.sources import source_check
 
 ORDER = "ORD-7731"
@@ -267,7 +270,9 @@ TEAM_A_ROLES = ROLES[:5]
 MISSING = "999999"
 # Records of the deployment itself, no team's data: every lead may read them (the leak check
 # still applies to what they show).
-DEPLOYMENT_MODELS = (DrillRun,)
+DEPLOYMENT_MODELS = (DrillRun, FollowUpPolicy)
+# One person's own records (their notifications): the rest of their team gets a 404 too.
+PERSONAL_MODELS = {Notification: "lead"}
 
 
 @pytest.fixture
@@ -352,6 +357,9 @@ def walls(
         Group: Group.objects.get(name="lead"),
         TokenProxy: TokenProxy.objects.get(pk=token.pk),
         # A record of a past drill: the deployment's, on sandbox orders, no team's data.
+        # The held case told its responsible person, the lead.
+        Notification: Notification.objects.get(recipient=lead, case=held, kind="held"),
+        FollowUpPolicy: FollowUpPolicy.objects.create(reason="held", minutes=30),
         DrillRun: DrillRun.objects.create(
             started_at=timezone.now(),
             finished_at=timezone.now(),
@@ -633,7 +641,8 @@ def test_permission_matrix_every_admin_and_api_url_by_role(walls, capsys):
             cells = []
             missing_answer = {}
             if target.missing_path is not None:
-                for role in ("B-lead",):
+                asked = ROLES[:-1] if target.model in PERSONAL_MODELS else ("B-lead",)
+                for role in asked:
                     answer = _request(clients[role], target.missing_path, method, target.api)
                     missing_answer[role] = (answer.status_code, answer.get("Location"))
             for role in ROLES:
@@ -646,7 +655,8 @@ def test_permission_matrix_every_admin_and_api_url_by_role(walls, capsys):
                 if status >= 500 and not not_ready:
                     failures.append(f"{where} (server error)")
                     continue
-                if role in TEAM_A_ROLES:
+                owner = PERSONAL_MODELS.get(target.model) if target.names_object else None
+                if role in TEAM_A_ROLES and (owner is None or role == owner):
                     if status == 404 and target.names_object and target.model is not None:
                         failures.append(f"{where}: team A's own object not found")
                     continue
@@ -670,7 +680,8 @@ def test_permission_matrix_every_admin_and_api_url_by_role(walls, capsys):
                     if not ok:
                         failures.append(f"{where}: anonymous must be sent to log in")
                     continue
-                # Team B's lead: an object of team A is answered exactly like a missing one.
+                # Team B's lead (and for one person's own records, everybody else): an object
+                # of team A is answered exactly like a missing one.
                 if target.names_object and target.model not in DEPLOYMENT_MODELS:
                     # The API and the live JSON say 404; Django's admin pages may redirect to
                     # the index ("does not exist"), exactly as for a missing id (checked below).
@@ -679,7 +690,7 @@ def test_permission_matrix_every_admin_and_api_url_by_role(walls, capsys):
                     if status not in allowed:
                         failures.append(f"{where}: another team's object must be a 404")
                     if target.missing_path is not None:
-                        same = (status, response.get("Location")) == missing_answer["B-lead"]
+                        same = (status, response.get("Location")) == missing_answer[role]
                         # Django's own pages for a model the user may not see at all (users,
                         # groups, tokens) refuse an existing id with a 403: no data, only that
                         # the id exists, and never of a team-scoped model.
@@ -687,7 +698,7 @@ def test_permission_matrix_every_admin_and_api_url_by_role(walls, capsys):
                             same = True
                         if not same:
                             failures.append(
-                                f"{where}: differs from a missing object {missing_answer['B-lead']}"
+                                f"{where}: differs from a missing object {missing_answer[role]}"
                             )
             rows.append((f"{method:4} {target.label}", cells))
 

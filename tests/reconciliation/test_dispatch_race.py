@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from cases.models import Case
 from reconciliation.dispatch import dispatch_due
-from reconciliation.restored import marker_advance
+from reconciliation.restore_detection import marker_advance
 
 DISPATCHERS = 8
 DUE_CASES = 12

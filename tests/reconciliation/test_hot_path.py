@@ -18,11 +18,11 @@ from django.db import connection
 
 from cases.append_only import maintenance
 from cases.kernel import Worker
-from cases.models import Attempt, CancellationRequest, CaseEvent, Status
+from cases.models import Attempt, CancellationRequest, CaseEvent, Notification, Status
 from cases.services import case_cancel_request
 from reconciliation.apply import apply_case, apply_due
 from reconciliation.claims import case_claim, claim_next_due
-from reconciliation.restored import source_verified
+from reconciliation.restore_detection import source_verified
 from tests.support.fixtures import days_ahead
 from tests.support.txcount import database_cost
 
@@ -133,6 +133,48 @@ def test_a_safe_apply_is_at_most_six_transactions_and_changes_the_order_once(
         "cases.step.notified",
         "cases.case.transitioned",
     ]
+
+
+@postgres_only
+def test_a_safe_apply_nobody_is_told_of_reads_and_writes_nothing_of_notifications(
+    approved_case, live_orders
+):
+    """A case the system or an integration opened: its close tells nobody, and the apply costs
+    no statement more for it (nor for the follow-up clock: it never waits on a person)."""
+    case, cost, _before = _apply_measured(approved_case, live_orders)
+    print(f"\nsafe apply: {cost.transactions} transactions, {cost.queries} statements")
+    assert cost.transactions == 4
+    touched = [
+        sql
+        for sql in cost.statements
+        if any(t in sql for t in ("cases_notification", "cases_followuppolicy"))
+    ]
+    assert touched == []
+    assert not Notification.objects.filter(case=case, kind="done").exists()
+
+
+@postgres_only
+def test_the_staff_member_who_opened_the_case_is_told_in_the_closes_own_transaction(
+    approved_case, live_orders, agent
+):
+    """Opened by a person at the desk: the close writes that person's notification with the
+    events that close it; the apply is still four transactions."""
+    case, cost, _before = _apply_measured(lambda: _opened_by(approved_case(), agent), live_orders)
+    print(f"\nsafe apply, opener told: {cost.transactions} transactions, {cost.queries} statements")
+    assert cost.transactions == 4, cost.statements
+    inserts = [
+        s for s in cost.statements if s.lstrip().startswith('INSERT INTO "cases_notification"')
+    ]
+    assert len(inserts) == 1, cost.statements
+    (told,) = Notification.objects.filter(case=case, kind="done")
+    assert (told.recipient, told.kind) == (agent, "done")
+    assert told.event.to_status == Status.DONE
+
+
+def _opened_by(case, person):
+    type(case).objects.filter(pk=case.pk).update(opened_by=person)
+    case.refresh_from_db()
+    return case
 
 
 @postgres_only

@@ -53,7 +53,7 @@ def test_one_heartbeat_thread_renews_every_waiting_attempt_and_says_when_a_lease
 ):
     from cases.kernel import Worker
     from reconciliation.claims import case_claim, keep_alive
-    from reconciliation.restored import source_verified
+    from reconciliation.restore_detection import source_verified
 
     settings.LEASES = {**settings.LEASES, "apply": {"lease_seconds": 5, "heartbeat_seconds": 0.2}}
     source_verified()

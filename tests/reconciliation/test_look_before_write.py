@@ -16,7 +16,7 @@ from approvals.models import Operation
 from cases.models import Attempt, CaseEvent, EvidenceReference, Status
 from reconciliation.apply import apply_case
 from reconciliation.client import OrderSystemClient
-from reconciliation.restored import source_verified
+from reconciliation.restore_detection import source_verified
 
 pytestmark = pytest.mark.order_system
 

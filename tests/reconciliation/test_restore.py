@@ -22,8 +22,8 @@ from approvals.models import Operation
 from cases.models import CaseEvent, Status
 from reconciliation.apply import apply_case
 from reconciliation.dispatch import dispatch_due
-from reconciliation.restore import suspects
-from reconciliation.restored import marker_advance, restore_detected
+from reconciliation.restore_detection import marker_advance, restore_detected
+from reconciliation.restore_recovery import suspects
 
 pytestmark = pytest.mark.order_system
 

@@ -20,12 +20,12 @@ from cases.fencing import fencing_current, next_fencing_token
 from cases.models import CaseEvent, Status
 from reconciliation.apply import apply_case
 from reconciliation.dispatch import dispatch_due
-from reconciliation.restore import REFERENCE_GAP
-from reconciliation.restored import (
+from reconciliation.restore_detection import (
     restore_detected,
     restore_detected_at_source,
     source_verified,
 )
+from reconciliation.restore_recovery import REFERENCE_GAP
 
 pytestmark = [pytest.mark.order_system, pytest.mark.django_db(transaction=True)]
 

@@ -14,7 +14,7 @@ from django.conf import settings
 
 from cases.models import Attempt, CaseEvent
 from reconciliation import tasks
-from reconciliation.restored import RecoveryRequired, marker_advance, restore_detected
+from reconciliation.restore_detection import RecoveryRequired, marker_advance, restore_detected
 
 pytestmark = pytest.mark.order_system
 
@@ -55,7 +55,7 @@ def test_an_epoch_read_just_before_this_host_s_dispatcher_advanced_it_is_no_rest
     host's dispatcher advances both in between, the file is ahead of what the claim read: the
     database did not go back in time, it moved on."""
     from cases.models import SystemMarker
-    from reconciliation.restored import MARKER, restore_detected_from
+    from reconciliation.restore_detection import MARKER, restore_detected_from
 
     settings.HOLDFAST_STATE_DIR = str(tmp_path / "host")
     marker_advance()

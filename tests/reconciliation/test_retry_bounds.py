@@ -1,5 +1,5 @@
 """One bounded retry policy per kind of work, with its own counter (``cases.retries``) and one
-give-up destination, a person (``reconciliation.retries.transient_failure_record``).
+give-up destination, a person (``reconciliation.failures.transient_failure_record``).
 
 Before: settlement retried a held case forever, and the apply, the source check and the
 settlement shared ``Case.retry_count``, so one kind's failures counted against another's bound.

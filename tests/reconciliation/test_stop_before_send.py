@@ -67,7 +67,7 @@ def test_a_cancellation_during_the_claim_is_acknowledged_and_settles_at_once(
     assert attempt.submitted_at is None
     actions = _actions(case)
     assert "cases.attempt.worker_stopped" in actions
-    assert "cases.attempt.slot_released" in actions
+    assert "cases.attempt.claim_released" in actions
     assert "cases.attempt.lease_expired" not in actions
     assert CancellationRequest.objects.get(case=case).outcome == "cancelled"
     assert live_orders.state(ORDER)["operations"] == []

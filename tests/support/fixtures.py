@@ -33,9 +33,10 @@ def roles(db):
 
 
 def _user(username: str, role: str, **extra):
-    user = get_user_model().objects.create_user(
-        username=username, password="pw", is_staff=True, **extra
-    )
+    """A staff member of ``role`` with an address to be mailed at (as the demo users have)."""
+    extra.setdefault("is_staff", True)
+    extra.setdefault("email", f"{username}@example.com")
+    user = get_user_model().objects.create_user(username=username, password="pw", **extra)
     user.groups.add(Group.objects.get(name=role))
     return user
 

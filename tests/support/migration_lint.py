@@ -41,7 +41,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
-PROJECT_APPS = ("cases", "approvals", "reconciliation")
+PROJECT_APPS = ("cases", "approvals", "reconciliation", "lab")
 ALLOWLIST = Path(__file__).with_name("migration_allowlist.txt")
 
 # Tables that grow with the work: one or more rows per case, event or webhook.

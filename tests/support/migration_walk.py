@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from django.db.migrations.executor import MigrationExecutor
     from django.db.migrations.state import ProjectState
 
-PROJECT_APPS = ("cases", "approvals", "reconciliation")
+PROJECT_APPS = ("cases", "approvals", "reconciliation", "lab")
 WRITE_BLOCKING = {"ShareLock", "ShareRowExclusiveLock", "ExclusiveLock", "AccessExclusiveLock"}
 
 

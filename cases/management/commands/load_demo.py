@@ -64,12 +64,16 @@ class Command(BaseCommand):
                         "first_name": first,
                         "last_name": last,
                         "is_staff": staff,
-                        "email": f"{username}@holdfast.example",
+                        "email": f"{username}@example.com",
                     },
                 )
                 if created:
                     user.set_password(DEMO_PASSWORD)
                     user.save()
+                elif user.email.endswith("@holdfast.example"):
+                    # Demo databases loaded before staff mail existed: a deliverable address.
+                    user.email = f"{username}@example.com"
+                    user.save(update_fields=["email"])
                 user.groups.add(Group.objects.get(name=role))
                 team.members.add(user)
                 users[username] = user

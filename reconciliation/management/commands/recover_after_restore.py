@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from reconciliation.restore import recover_after_restore
-from reconciliation.restored import restore_detected
+from reconciliation.restore_detection import restore_detected
+from reconciliation.restore_recovery import recover_after_restore
 
 
 class Command(BaseCommand):

@@ -46,8 +46,8 @@ class Command(BaseCommand):
             outcome = apply_case(case_id=case.pk)
             self.stdout.write(f"{apply}: {outcome}")
             return
-        from reconciliation.restore import recover_after_restore
-        from reconciliation.restored import restore_detected
+        from reconciliation.restore_detection import restore_detected
+        from reconciliation.restore_recovery import recover_after_restore
         from reconciliation.sweep import DISCONNECTED, sweep_interval, sweep_once
 
         interval = sweep_interval() if interval is None else interval

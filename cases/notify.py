@@ -1,0 +1,156 @@
+"""Who is told of a case event: notification rows, written with the event that causes them.
+
+``notifications_for(case, event)`` is called by the kernel for every audit event it records
+(``cases.kernel.record_event``), inside the event's own transaction and under the case's row
+lock, so a notification exists exactly when its event does: a rolled-back step leaves none, a
+retry of the step writes its event (and its notifications) once. One row per event and
+recipient (a unique constraint).
+
+Who hears what (DESIGN.md "People are told"):
+
+- A proposal starts to await review (submitted, or back after an expiry): the approvers who
+  may decide it, by approvals' four-eyes rule (``cases.extensions.case_deciders``).
+- The case is held, needs attention or its proposal is rejected: the person responsible now,
+  the owner or the named backup while the owner is away.
+- Its follow-up time passes (``cases.reminders``): the person responsible now, and the
+  approvers who may decide when the wait is theirs.
+- It is done or cancelled: the staff member who opened it (``Case.opened_by``). A case that an
+  integration or the system opened tells nobody: its caller reads the outcome from the API,
+  and a closed case needs no person.
+
+Nobody is told of their own action. An event that notifies nobody costs no query: the rule is
+read from the event and the case row already in hand (the apply's hot path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.contrib.auth.models import User
+from django.urls import reverse
+from django.utils import timezone
+
+from cases.codes import Action
+from cases.extensions import case_deciders, case_decision_path
+from cases.models import (
+    Case,
+    CaseEvent,
+    Notification,
+    NotificationKind,
+    NotificationPreference,
+    Status,
+    WaitingOn,
+)
+
+# A status a transition arrives at, and the notification it makes.
+_ARRIVALS: dict[str, NotificationKind] = {
+    Status.AWAITING_REVIEW: NotificationKind.AWAITING_REVIEW,
+    Status.HELD: NotificationKind.HELD,
+    Status.NEEDS_ATTENTION: NotificationKind.NEEDS_ATTENTION,
+    Status.PROPOSAL_REJECTED: NotificationKind.REJECTED,
+    Status.DONE: NotificationKind.DONE,
+    Status.CANCELLED: NotificationKind.CANCELLED,
+}
+
+
+def notification_kind(event: CaseEvent) -> NotificationKind | None:
+    """The notification ``event`` makes, or None (from the event alone: no query)."""
+    if event.action == Action.FOLLOW_UP_DUE:
+        return NotificationKind.FOLLOW_UP_DUE
+    if event.action != Action.CASE_TRANSITIONED or event.from_status == event.to_status:
+        return None
+    return _ARRIVALS.get(event.to_status)
+
+
+def case_path(case: Case) -> str:
+    return reverse("admin:cases_case_change", args=[case.pk])
+
+
+def _responsible(case: Case) -> list[User]:
+    return [case.responsible_now]
+
+
+def _recipients(case: Case, kind: NotificationKind) -> list[User]:
+    if kind == NotificationKind.AWAITING_REVIEW:
+        return list(case_deciders(case) or [])  # type: ignore[arg-type]
+    if kind in (NotificationKind.DONE, NotificationKind.CANCELLED):
+        return [case.opened_by] if case.opened_by_id is not None and case.opened_by else []
+    people = _responsible(case)
+    if kind == NotificationKind.FOLLOW_UP_DUE and case.waiting_on == WaitingOn.APPROVERS:
+        people += list(case_deciders(case) or [])  # type: ignore[arg-type]
+    return people
+
+
+_WORDS: dict[NotificationKind, str] = {
+    NotificationKind.AWAITING_REVIEW: "{case}: a proposal awaits your decision",
+    NotificationKind.HELD: "{case} is held: reconcile it from the order system's evidence",
+    NotificationKind.NEEDS_ATTENTION: "{case} needs attention: a person decides what happens next",
+    NotificationKind.REJECTED: "{case}: the proposal was rejected; prepare another proposal",
+    NotificationKind.FOLLOW_UP_DUE: "{case}: its follow-up time has passed",
+    NotificationKind.DONE: "{case}, which you opened, is done",
+    NotificationKind.CANCELLED: "{case}, which you opened, is cancelled",
+}
+
+
+def notification_text(case: Case, kind: NotificationKind, event: CaseEvent) -> str:
+    text = _WORDS[kind].format(case=case.reference)
+    if event.reason and kind != NotificationKind.AWAITING_REVIEW:
+        text = f"{text} ({event.reason})"
+    return text[:300]
+
+
+def _email_state(
+    person: User, kind: NotificationKind, preference: NotificationPreference | None
+) -> str:
+    if preference is not None and kind in (preference.email_off or []):
+        return Notification.Email.OFF
+    if not person.email:
+        return Notification.Email.NO_ADDRESS
+    if preference is not None and preference.digest:
+        return Notification.Email.DIGEST
+    return Notification.Email.PENDING
+
+
+def notifications_for(case: Case, event: CaseEvent) -> list[Notification]:
+    """The notifications ``event`` makes, unsaved (the kernel inserts them once the event has
+    its id): one per person told, never the event's own actor, each with its email's state
+    from the person's preferences."""
+    kind = notification_kind(event)
+    if kind is None:
+        return []
+    people = _unique_active(_recipients(case, kind), actor_id=event.actor_id)
+    if not people:
+        return []
+    preferences = {
+        p.user_id: p for p in NotificationPreference.objects.filter(user__in=[p.pk for p in people])
+    }
+    link = case_path(case)
+    if kind == NotificationKind.AWAITING_REVIEW:
+        link = case_decision_path(case) or link
+    now = timezone.now()
+    rows = []
+    for person in people:
+        state = _email_state(person, kind, preferences.get(person.pk))
+        rows.append(
+            Notification(
+                recipient=person,
+                case=case,
+                event=event,
+                kind=kind,
+                text=notification_text(case, kind, event),
+                link=link,
+                created_at=now,
+                email_state=state,
+                email_due_at=now if state == Notification.Email.PENDING else None,
+            )
+        )
+    return rows
+
+
+def _unique_active(people: Iterable[User | None], *, actor_id: int | None) -> list[User]:
+    seen: dict[int, User] = {}
+    for person in people:
+        if person is None or not person.is_active or person.pk == actor_id:
+            continue
+        seen.setdefault(person.pk, person)
+    return list(seen.values())

@@ -1,0 +1,436 @@
+"""End-to-end safe applies against the reference order system, run as deployed.
+
+- The safe apply: N approved cases applied by a real ``qcluster`` (``lab.bench.cluster``)
+  against the order system (``lab.bench.deployed_orders``) on its own database; every order
+  checked to have changed exactly once by the order system's own records. Enqueued as two
+  ``reconciliation.tasks.apply_due`` (one per worker) when that task exists, else one
+  ``apply_case`` per case. Before the work, the warmed cluster's idle rate (broker polling,
+  sweeper) is measured over a window and subtracted; the raw figure is printed too. Write
+  transactions come from the server-wide transaction id counter (only writing transactions get
+  one); the order system's from its own database's ``xact_commit``.
+- Bare writes: as many fresh approved cases' writes sent by two ``lab.bench.tasks.bare_writes``
+  tasks (one per worker) of the same cluster, with nothing of Holdfast's around them (no claim,
+  no record): the end-to-end rate's ceiling on the machine.
+- Several worker hosts (``lab.bench.multihost``), on the same order system.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from lab.bench.cluster import BARE, WORKERS, enqueue_many, ormq_sequence, qcluster, wait_acked, warm
+from lab.bench.context import PendingOrders, Run
+from lab.bench.cpu import CpuSplit
+from lab.bench.deployed_orders import DeployedOrderSystem
+from lab.bench.postgres import STATS_IDLE_FLUSH, Counters, backends, counters, xact_commits
+from lab.bench.seeding import analyze, fixture, quiet, ready_case_seed
+from lab.bench.series import Skip, has_task
+
+APPLY = "reconciliation.tasks.apply_case"
+APPLY_DUE = "reconciliation.tasks.apply_due"
+MULTIHOST = "lab.bench.multihost"
+DONE_TIMEOUT = 180  # seconds for a backlog to be applied
+
+
+def mode() -> str:
+    return "2 × apply_due (one per worker)" if has_task(APPLY_DUE) else "1 apply_case per case"
+
+
+def setup(orders: DeployedOrderSystem) -> None:
+    """Point Holdfast at the order system and run the real capability probe."""
+    from reconciliation.probe import order_system_probe
+
+    settings.ORDER_SYSTEM_URL = orders.base_url
+    today = timezone.localdate()
+    orders.seed(
+        accounts=[{"account_id": "ACC-PROBE", "name": "Probe", "access_active": True}],
+        orders=[
+            {
+                "order_id": "ORD-PROBE",
+                "account_id": "ACC-PROBE",
+                "delivery_date": str(today + dt.timedelta(days=40)),
+            }
+        ],
+        # The probe needs a free slot within 14 days (as tests/support/fixtures.live_orders).
+        slots=[
+            {"date": str(today + dt.timedelta(days=d)), "capacity": 100000}
+            for d in [*range(1, 29), 40]
+        ],
+    )
+    profile = order_system_probe(sandbox_order_id="ORD-PROBE")
+    if profile.autonomy != "autonomous":
+        raise Skip(f"the order system probe says {profile.autonomy}: {profile.autonomy_reason}")
+
+
+# --- the backlog --------------------------------------------------------------------------
+
+
+def approved_cases(
+    run: Run, orders: DeployedOrderSystem, count: int, number: int | str
+) -> dict[int, str]:
+    """``count`` ready cases with an approved proposal on fresh orders of the live order
+    system, written as rows (as ``seeding.ready_cases``, and as intake → source check → prepare
+    → approve leave them) with a real signed grant, so the real claim and apply accept them.
+    Nothing is enqueued and nothing is due: nothing runs before the clock starts."""
+    orders_settle(run, wait=True)  # seeding talks to the order system
+    account = fixture(run)["account"]
+    today = timezone.localdate()
+    now = timezone.now()
+    expires = (now + dt.timedelta(minutes=settings.APPROVAL_DEFAULT_MINUTES)).replace(microsecond=0)
+    order_ids = [f"ORD-E{run.run_id}-{number}-{i}" for i in range(count)]
+    orders.seed(
+        accounts=[{"account_id": account.reference, "name": account.name, "access_active": True}],
+        orders=[
+            {
+                "order_id": order_id,
+                "account_id": account.reference,
+                "delivery_date": str(today + dt.timedelta(days=3)),
+            }
+            for order_id in order_ids
+        ],
+    )
+    seeded = orders.versions(order_ids)
+    made: dict[int, str] = {}
+    when = _Approved(requested=today + dt.timedelta(days=7), now=now, expires=expires)
+    with transaction.atomic():
+        for order_id in order_ids:
+            made[_approved_case(run, order_id, seeded[order_id][0], when)] = order_id
+    analyze()
+    return made
+
+
+@dataclass(frozen=True)
+class _Approved:
+    """The backlog's requested date, when its cases were written, when their approvals end."""
+
+    requested: dt.date
+    now: dt.datetime
+    expires: dt.datetime
+
+
+def _approved_case(run: Run, order_id: str, version: int, when: _Approved) -> int:
+    """One approved ready case on ``order_id`` at ``version``, with the product's operation
+    key and a real grant until ``when.expires``; its id."""
+    from approvals.grants import grant_issue
+    from approvals.models import Approval, Operation
+    from cases.append_only import maintenance
+    from cases.fencing import counter_next
+    from cases.models import Case
+
+    fx = fixture(run)
+    requested, expires = when.requested, when.expires
+    case_number = counter_next("case_number")
+    tag = f"E{case_number}"  # unique; short enough for AP-{tag} (20)
+    case = ready_case_seed(
+        tag=tag,
+        reference=f"BE-{case_number}",
+        number=case_number,
+        account=fx["account"],
+        owner=fx["owner"],
+        approver=fx["approver"],
+        now=when.now,
+    )
+    key = f"DATE-{case_number}-1"  # the product's operation keys
+    approval_reference = f"AP-{counter_next('approval_number')}"
+    Case.objects.filter(pk=case.pk).update(
+        order_id=order_id,
+        requested_date=requested,
+        last_checked_order_version=version,
+        next_check_at=None,
+    )
+    Operation.objects.filter(case=case).update(key=key, order_id=order_id, delivery_date=requested)
+    case.proposals.update(
+        order_id=order_id, delivery_date=requested, evidence_order_version=version
+    )
+    # A decided approval never changes (cases.append_only): the seed is the owner's repair.
+    with maintenance():
+        Approval.objects.filter(proposal__case=case).update(
+            reference=approval_reference,
+            expires_at=expires,
+            grant=grant_issue(
+                operation_key=key,
+                order_id=order_id,
+                delivery_date=requested,
+                approval_id=approval_reference,
+                expires_at=expires,
+            ),
+        )
+    return case.pk
+
+
+# --- the safe apply -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    """The readings around one end-to-end run: the warmed cluster idle (``idle_start`` to
+    ``before``), then at work (``before`` to ``stopping``); ``after`` once it exited."""
+
+    idle_start: Counters
+    before: Counters
+    after: Counters
+    stopping: float
+
+    @property
+    def idle_span(self) -> float:
+        return self.before.at - self.idle_start.at
+
+    @property
+    def span(self) -> float:
+        return self.stopping - self.before.at  # the cluster ran (and idled) this long
+
+
+def _enqueue_backlog(ids: list[int], per_case: bool) -> int:
+    """Start the backlog's work; the transactions this takes in Holdfast's database beyond
+    the enqueue's own."""
+    if per_case:
+        enqueue_many(APPLY, [(pk,) for pk in ids])
+        return 2  # its two reads of the queue
+    from django_q.tasks import async_task
+
+    from cases.models import Case
+
+    with transaction.atomic():
+        # Due now (the next-due claim takes them), and the tasks in one commit.
+        Case.objects.filter(pk__in=ids).update(next_check_at=timezone.now())
+        for _ in range(WORKERS):
+            async_task(APPLY_DUE, group="apply_due")
+    return 0
+
+
+def _wait_done(ids: list[int], process: subprocess.Popen[bytes]) -> int:
+    """Wait until every case of ``ids`` is done; the reads this took."""
+    from cases.models import Case, Status
+
+    count = len(ids)
+    deadline = time.monotonic() + DONE_TIMEOUT
+    reads = 0
+    while True:
+        reads += 1
+        done = Case.objects.filter(pk__in=ids, status=Status.DONE).count()
+        if done == count:
+            return reads
+        if process.poll() is not None:
+            raise Skip(f"the qcluster exited with {process.returncode}")
+        if time.monotonic() > deadline:
+            stuck = dict(
+                Case.objects.filter(pk__in=ids)
+                .exclude(status=Status.DONE)
+                .values_list("reference", "status")[:5]
+            )
+            quiet()
+            raise Skip(f"{count - done} of {count} cases not done after {DONE_TIMEOUT}s: {stuck}")
+        time.sleep(0.05)
+
+
+def _others_burst(run: Run, window: Window) -> int:
+    """Transaction ids are server-wide: other databases' writes take them too. A steady
+    background is in the idle rate; a round where another database wrote more rows than its
+    idle rate, or wrote busily even then, is not clean (reads take no id). How many rows
+    burst beyond that (0: clean); the busy databases are noted on the run."""
+    burst = 0
+    before, after, idle_start = window.before, window.after, window.idle_start
+    for other, value in after.rows.items():
+        if other in (run.db_name, run.orders_db):
+            continue
+        delta = value - before.rows.get(other, value)
+        idle = before.rows.get(other, value) - idle_start.rows.get(other, value)
+        extra = delta - idle / window.idle_span * window.span
+        if extra > 20 or idle / window.idle_span > 20:  # a burst, or a background too busy
+            burst += max(int(extra), 1)
+            run.others_active[other] = run.others_active.get(other, 0) + max(int(delta), 0)
+    return burst
+
+
+def _add_transactions(run: Run, window: Window, count: int, own: int, burst: int) -> None:
+    """Transactions and write commits per apply, raw and idle-corrected; whether the round
+    was clean of other databases' bursts."""
+    s, name, overhead = run.series, run.db_name, run.overhead
+    before, after, idle_start = window.before, window.after, window.idle_start
+    idle_commits = before.commits.get(name, 0) - idle_start.commits.get(name, 0) - overhead.commits
+    idle_xids = before.xid - idle_start.xid - overhead.xids
+    idle_rate, idle_write_rate = idle_commits / window.idle_span, idle_xids / window.idle_span
+    commits = after.commits.get(name, 0) - before.commits.get(name, 0)
+    commits -= overhead.commits + own
+    writes = after.xid - before.xid - overhead.xids - 1  # the enqueue wrote
+    s["idle_xact"].add(idle_rate)
+    s["idle_writes"].add(idle_write_rate)
+    s["e2e_xact_raw"].add(commits / count)
+    s["e2e_xact"].add((commits - idle_rate * window.span) / count)
+    s["e2e_writes_raw"].add(writes / count)
+    s["e2e_writes"].add((writes - idle_write_rate * window.span) / count)
+    # The warmed idle cluster alone writes well under one transaction a second: more in
+    # the idle window is another database's (catalog writes of a test run count too).
+    run.writes_clean.append(not burst and idle_write_rate <= 5)
+
+
+def apply_backlog(
+    run: Run, orders: DeployedOrderSystem, made: dict[int, str], number: int
+) -> float:
+    """Apply the ``made`` backlog by a real cluster; every order changed exactly once."""
+    s = run.series
+    versions_before = orders.versions(list(made.values()))
+    ids = list(made)
+    count = len(ids)
+    per_case = not has_task(APPLY_DUE)
+    quiet()
+    with qcluster(run.log_dir, f"e2e-{number}", ORDER_SYSTEM_URL=orders.base_url) as process:
+        warm(process)
+        time.sleep(1.0)  # the warm-up task's counts flushed (a busy backend: ≤ 1 s)
+        idle_start = counters()
+        time.sleep(run.idle_seconds)
+        before = counters()
+        queued_before = ormq_sequence()
+        cpu = CpuSplit.start(
+            sessions={"workers": process.pid, "order system": orders.process_session()},
+            databases={"its PostgreSQL": run.db_name, "the order system's": run.orders_db},
+        )
+        start = time.perf_counter()
+        # The enqueue's transaction, the two reads of the broker's sequence, and the CPU
+        # meter's two reads of the backends at the end; then each read of the cases' states.
+        own = 5 + _enqueue_backlog(ids, per_case)
+        own += _wait_done(ids, process)
+        elapsed = time.perf_counter() - start
+        if cpu is not None:
+            split = cpu.per_apply_ms(count)
+            for label, ms in split.items():
+                s[f"cpu {label}"].add(ms)
+            s["cpu all"].add(sum(split.values()))
+        stopping = time.perf_counter()
+        # Tasks the cluster enqueued itself meanwhile (dispatcher, sweeper's successor).
+        queued = ormq_sequence() - queued_before - (count if per_case else WORKERS)
+    # The cluster's processes exited, so their counts are flushed.
+    window = Window(idle_start=idle_start, before=before, after=counters(), stopping=stopping)
+    burst = _others_burst(run, window)
+    orders.check_changed_once(made, versions_before)
+    run.pending_orders = PendingOrders(
+        before=before.commits.get(run.orders_db, 0),
+        applies=count,
+        own=1,
+        ended=time.perf_counter(),
+    )
+    _add_transactions(run, window, count, own, burst)
+    run.write(
+        f"  end-to-end: {count} applies in {elapsed:.1f}s ({run.e2e_mode}; the cluster "
+        f"enqueued {queued} more tasks meanwhile), every order changed exactly once"
+    )
+    run.cluster_enqueued.append(queued)
+    return count / elapsed
+
+
+def orders_settle(run: Run, *, wait: bool) -> None:
+    """Read the order system's transactions of the last end-to-end run once its backends
+    have flushed their statistics (an idle backend may hold them ``STATS_IDLE_FLUSH``)."""
+    pending = run.pending_orders
+    if pending is None:
+        return
+    rest = pending.ended + STATS_IDLE_FLUSH - time.perf_counter()
+    if rest > 0 and backends(run.orders_db):  # none left: every count is flushed
+        if not wait:
+            return
+        time.sleep(rest)
+    run.pending_orders = None
+    now = xact_commits().get(run.orders_db, 0)
+    run.series["orders_xact"].add((now - pending.before - pending.own) / pending.applies)
+
+
+# --- bare writes --------------------------------------------------------------------------
+
+
+def _writes_of(made: dict[int, str]) -> list[dict[str, Any]]:
+    """The order system's write of each case of ``made``, as its apply would send it."""
+    from approvals.models import Approval
+
+    rows = Approval.objects.filter(proposal__case_id__in=list(made)).values_list(
+        "operation__key",
+        "operation__order_id",
+        "operation__delivery_date",
+        "grant",
+        "proposal__evidence_order_version",
+    )
+    return [
+        {
+            "operation_key": key,
+            "order_id": order_id,
+            "delivery_date": day.isoformat(),
+            "approval_grant": grant,
+            "expected_version": version,
+            "fencing_token": 1,  # a fresh order has seen none
+        }
+        for key, order_id, day, grant, version in rows
+    ]
+
+
+def bare_writes(run: Run, orders: DeployedOrderSystem, count: int, number: int) -> float:
+    """The same backlog's writes sent by two ``bare_writes`` tasks (one per worker) of the
+    same cluster, with nothing of Holdfast's around them; every order changed once."""
+    # Orders of their own (the round's end-to-end run changed its own already); the last
+    # run's counts at the order system are settled first.
+    made = approved_cases(run, orders, count, f"{number}b")
+    writes = _writes_of(made)
+    versions_before = orders.versions(list(made.values()))
+    quiet()
+    with qcluster(run.log_dir, f"bare-{number}", ORDER_SYSTEM_URL=orders.base_url) as process:
+        warm(process)
+        cpu = CpuSplit.start(
+            sessions={"workers": process.pid, "order system": orders.process_session()},
+            databases={"its PostgreSQL": run.db_name, "the order system's": run.orders_db},
+        )
+        start = time.perf_counter()
+        tasks = enqueue_many(BARE, [(writes[n::WORKERS],) for n in range(WORKERS)])
+        wait_acked(tasks, 180, process)
+        elapsed = time.perf_counter() - start
+        if cpu is not None:
+            split = cpu.per_apply_ms(len(writes))
+            run.series["cpu bare order system"].add(
+                split["order system"] + split["the order system's"]
+            )
+            run.series["cpu bare all"].add(sum(split.values()))
+    orders.check_changed_once(made, versions_before)
+    return len(writes) / elapsed
+
+
+# --- several worker hosts -----------------------------------------------------------------
+
+
+def multihost_applies(
+    run: Run, module: Any, orders: DeployedOrderSystem, count: int, number: int
+) -> float:
+    """``count`` applies by two worker hosts (``lab.bench.multihost``)."""
+    orders_settle(run, wait=True)
+    versions: dict[str, tuple[int, int]] = {}
+
+    def make_backlog(n: int) -> dict[int, str]:
+        made = approved_cases(run, orders, n, number * 1000 + len(versions))
+        versions.update(orders.versions(list(made.values())))
+        return made
+
+    def check_orders(made: dict[int, str]) -> None:
+        orders.check_changed_once(made, versions)
+
+    quiet()
+    try:
+        return float(
+            module.measure_multihost(
+                count=count,
+                orders_base_url=orders.base_url,
+                make_backlog=make_backlog,
+                check_orders=check_orders,
+                log_dir=run.log_dir / f"multihost-{number}",
+                hosts=2,
+            )
+        )
+    except Skip:
+        raise
+    except Exception as exc:  # HostsUnavailable, or the measurement failed: say why
+        raise Skip(f"multi-host: {type(exc).__name__}: {exc}") from exc
+    finally:
+        quiet()

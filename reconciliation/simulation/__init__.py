@@ -1,4 +1,0 @@
-"""Randomized fault schedules: a seeded generator, an executor that runs one schedule through
-Holdfast's services in-process against a real order system, and invariants checked against the
-order system's own records. ``manage.py simulate`` and ``tests/reconciliation/test_simulation.py``
-drive it (see ``runner``)."""
