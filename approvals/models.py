@@ -13,6 +13,7 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from cases.append_only import GuardedModel, GuardedQuerySet, in_maintenance
 from cases.models import Case, CaseEvent
 
 
@@ -118,13 +119,14 @@ class Proposal(models.Model):
         return {"delivery_date": self.delivery_date.isoformat()}
 
 
-class ProposalAuthor(models.Model):
+class ProposalAuthor(GuardedModel):
     """A person who authored the intent a proposal carries, and so may never approve it.
 
     Four eyes binds people, not rows: whoever opened the case (when a person did), changed its
     requested date, prepared the proposal by hand or asked for it to be prepared again is an
     author. Rows are written with the proposal, from the case's own audit events; a database
-    trigger refuses an approval decided by any of them (migration 0005).
+    trigger refuses an approval decided by any of them (migration 0005). Append-only: a row is
+    never changed or deleted (``cases.append_only``; migration 0006 on PostgreSQL).
     """
 
     class Role(models.TextChoices):
@@ -146,8 +148,11 @@ class ProposalAuthor(models.Model):
     )
     recorded_at = models.DateTimeField(default=timezone.now)
 
+    objects = GuardedQuerySet.as_manager()
+
     class Meta:
         ordering = ["proposal", "pk"]
+        base_manager_name = "objects"
         constraints = [
             models.UniqueConstraint(
                 fields=["proposal", "user", "role"], name="proposal_author_once_per_role"
@@ -158,8 +163,22 @@ class ProposalAuthor(models.Model):
         return f"{self.user_id} {self.role} proposal #{self.proposal_id}"
 
 
-class Approval(models.Model):
-    """One decision on one exact proposal. Approvals expire; an expired one never authorizes."""
+class ApprovalQuerySet(GuardedQuerySet):
+    def update(self, **kwargs):
+        """Only the revocation, and only of approvals not yet revoked: it goes from empty to
+        set once (the database's trigger refuses a second one on PostgreSQL)."""
+        rows = self if in_maintenance() else self.filter(revoked_at__isnull=True)
+        return GuardedQuerySet.update(rows, **kwargs)
+
+
+class Approval(GuardedModel):
+    """One decision on one exact proposal. Approvals expire; an expired one never authorizes.
+
+    A decision is never rewritten or deleted: only its revocation is written later, once
+    (``cases.append_only``; migration 0006 on PostgreSQL).
+    """
+
+    MUTABLE = frozenset({"revoked_at", "revoked_reason"})
 
     class Decision(models.TextChoices):
         APPROVED = "approved", "Approved"
@@ -190,8 +209,11 @@ class Approval(models.Model):
     revoked_reason = models.CharField(max_length=200, blank=True)
     grant = models.TextField(blank=True, help_text="The signed grant the order system checks.")
 
+    objects = ApprovalQuerySet.as_manager()
+
     class Meta:
         ordering = ["-decided_at"]
+        base_manager_name = "objects"
         constraints = [
             models.CheckConstraint(
                 condition=Q(prepared_by__isnull=True) | ~Q(decided_by=F("prepared_by")),

@@ -86,6 +86,10 @@ def canonical(
         "to_status": to_status,
         "version": version,
     }
+    return _encoded(document)
+
+
+def _encoded(document: dict[str, Any]) -> bytes:
     return json.dumps(
         document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     ).encode()
@@ -94,6 +98,47 @@ def canonical(
 def event_hash(**fields: Any) -> str:
     """SHA-256 (hex) of ``canonical(**fields)``."""
     return hashlib.sha256(canonical(**fields)).hexdigest()
+
+
+# --- the accounts' chains ----------------------------------------------------------------------
+# An account's own events (``AccountEvent``) form one chain per account, built the same way:
+# the writer holds the account's row lock while it reads the head and appends
+# (``cases.account_events``).
+
+ACCOUNT_HASHED_FIELDS = (
+    "account_id",
+    "action",
+    "reason",
+    "actor_id",
+    "actor_label",
+    "detail",
+    "created_at",
+)
+
+
+def account_event_hash(
+    *,
+    account_id: int,
+    action: str,
+    reason: str,
+    actor_id: int | None,
+    actor_label: str,
+    detail: Any,
+    created_at: dt.datetime,
+    prev_hash: str,
+) -> str:
+    """SHA-256 (hex) over an account event's canonical JSON and ``prev_hash``."""
+    document = {
+        "account_id": account_id,
+        "action": action,
+        "actor_id": actor_id,
+        "actor_label": actor_label,
+        "created_at": _timestamp(created_at),
+        "detail": _normalize(json.loads(json.dumps(detail))),
+        "prev_hash": prev_hash,
+        "reason": reason,
+    }
+    return hashlib.sha256(_encoded(document)).hexdigest()
 
 
 def stored_hash(event: Any, prev_hash: str | None = None) -> str:
@@ -145,8 +190,10 @@ Progress = Callable[[int, int], None]
 _COLUMNS = ("id", "case_id", "case__reference", "prev_hash", "hash", *HASHED_FIELDS[1:])
 
 
-def _events(queryset, batch_size: int) -> Iterator[dict[str, Any]]:
-    """Every event of ``queryset`` in chain order ``(case, id)``, read in keyset-paginated
+def _chain_rows(
+    queryset, batch_size: int, *, group: str, columns: tuple[str, ...]
+) -> Iterator[dict[str, Any]]:
+    """Every row of ``queryset`` in chain order ``(group, id)``, read in keyset-paginated
     batches so memory stays constant however long the log is."""
     from django.db.models import Q
 
@@ -154,16 +201,53 @@ def _events(queryset, batch_size: int) -> Iterator[dict[str, Any]]:
     while True:
         page = queryset
         if last is not None:
-            # ``case_id >= …`` lets the (case, id) index start at the last case; the rest
-            # skips what that case's previous batch already read.
-            page = page.filter(case_id__gte=last[0]).filter(
-                Q(case_id__gt=last[0]) | Q(id__gt=last[1])
+            # ``group >= …`` lets the (group, id) index start at the last chain; the rest
+            # skips what that chain's previous batch already read.
+            page = page.filter(**{f"{group}__gte": last[0]}).filter(
+                Q(**{f"{group}__gt": last[0]}) | Q(id__gt=last[1])
             )
-        rows = list(page.order_by("case_id", "id").values(*_COLUMNS)[:batch_size])
+        rows = list(page.order_by(group, "id").values(*columns)[:batch_size])
         yield from rows
         if len(rows) < batch_size:
             return
-        last = (rows[-1]["case_id"], rows[-1]["id"])
+        last = (rows[-1][group], rows[-1]["id"])
+
+
+def _walk(
+    rows: Iterator[dict[str, Any]],
+    *,
+    group: str,
+    reference: str,
+    expected_hash: Callable[[dict[str, Any]], str],
+    batch_size: int,
+    progress: Progress | None,
+) -> VerifyResult:
+    """Check each chain's links in order and collect the first broken link of each."""
+    result = VerifyResult()
+    current: int | None = None
+    expected_prev = ""
+    broken_chain = False
+    for row in rows:
+        if row[group] != current:
+            current, expected_prev, broken_chain = row[group], "", False
+            result.cases += 1
+        result.events += 1
+        if progress is not None and result.events % batch_size == 0:
+            progress(result.cases, result.events)
+        if broken_chain:
+            continue
+        link: BrokenLink | None = None
+        if row["prev_hash"] != expected_prev:
+            link = BrokenLink(row[reference], row["id"], "link", expected_prev, row["prev_hash"])
+        else:
+            expected = expected_hash(row)
+            if expected != row["hash"]:
+                link = BrokenLink(row[reference], row["id"], "hash", expected, row["hash"])
+        if link is not None:
+            result.broken.append(link)
+            broken_chain = True
+        expected_prev = row["hash"]
+    return result
 
 
 def verify_chains(
@@ -176,31 +260,33 @@ def verify_chains(
     queryset = CaseEvent.objects.all()
     if case_reference is not None:
         queryset = queryset.filter(case__reference=case_reference)
-    result = VerifyResult()
-    current_case: int | None = None
-    expected_prev = ""
-    broken_case = False
-    for row in _events(queryset, batch_size):
-        if row["case_id"] != current_case:
-            current_case, expected_prev, broken_case = row["case_id"], "", False
-            result.cases += 1
-        result.events += 1
-        if progress is not None and result.events % batch_size == 0:
-            progress(result.cases, result.events)
-        if broken_case:
-            continue
-        fields = {name: row[name] for name in HASHED_FIELDS}
-        link: BrokenLink | None = None
-        if row["prev_hash"] != expected_prev:
-            link = BrokenLink(
-                row["case__reference"], row["id"], "link", expected_prev, row["prev_hash"]
-            )
-        else:
-            expected = event_hash(**fields, prev_hash=row["prev_hash"])
-            if expected != row["hash"]:
-                link = BrokenLink(row["case__reference"], row["id"], "hash", expected, row["hash"])
-        if link is not None:
-            result.broken.append(link)
-            broken_case = True
-        expected_prev = row["hash"]
-    return result
+    return _walk(
+        _chain_rows(queryset, batch_size, group="case_id", columns=_COLUMNS),
+        group="case_id",
+        reference="case__reference",
+        expected_hash=lambda row: event_hash(
+            **{name: row[name] for name in HASHED_FIELDS}, prev_hash=row["prev_hash"]
+        ),
+        batch_size=batch_size,
+        progress=progress,
+    )
+
+
+def verify_account_chains(
+    *, batch_size: int = 2000, progress: Progress | None = None
+) -> VerifyResult:
+    """Walk every account's chain of account events; ``cases`` counts the accounts, and a
+    broken link names the account's reference."""
+    from cases.models import AccountEvent
+
+    columns = ("id", "account__reference", "prev_hash", "hash", *ACCOUNT_HASHED_FIELDS)
+    return _walk(
+        _chain_rows(AccountEvent.objects.all(), batch_size, group="account_id", columns=columns),
+        group="account_id",
+        reference="account__reference",
+        expected_hash=lambda row: account_event_hash(
+            **{name: row[name] for name in ACCOUNT_HASHED_FIELDS}, prev_hash=row["prev_hash"]
+        ),
+        batch_size=batch_size,
+        progress=progress,
+    )

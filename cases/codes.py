@@ -93,3 +93,29 @@ class Action(enum.StrEnum):
     STILL_UNKNOWN = "reconciliation.still_unknown"
     # A held case whose settlement kept failing: it stays held, flagged for a person.
     RETRIES_EXHAUSTED = "reconciliation.retries_exhausted"
+
+
+class AccountAction(enum.StrEnum):
+    """An account event's code (``AccountEvent.action``, ``cases.account_events``), as stored.
+
+    The account's own audit trail, beside the case events: what was done to the customer
+    account itself. The same rules hold as for ``Action``: stored values never change, and the
+    writer converts with ``AccountAction(action)``, so an unregistered code is refused.
+    """
+
+    CREATED = "cases.account.created"
+    VERIFIED = "cases.account.verified"
+    UPDATED = "cases.account.updated"
+    ACCESS_REVOKED = "cases.account.access_revoked"
+
+    @property
+    def words(self) -> str:
+        return ACCOUNT_ACTION_WORDS[self]
+
+
+ACCOUNT_ACTION_WORDS = {
+    AccountAction.CREATED: "Account created",
+    AccountAction.VERIFIED: "Identity verified: its new cases start",
+    AccountAction.UPDATED: "Name or email changed",
+    AccountAction.ACCESS_REVOKED: "Access revoked: its open cases stopped",
+}

@@ -20,6 +20,8 @@ from django.db.models.functions import Upper
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
+from cases.append_only import GuardedModel, GuardedQuerySet
+
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
@@ -724,6 +726,41 @@ class CaseEvent(models.Model):
         raise PermissionError("Case events are append-only.")
 
 
+class AccountEvent(GuardedModel):
+    """Append-only audit trail of a customer account itself: created, verified, its details
+    changed, its access revoked. Written only by the account services
+    (``cases.account_events.account_event_record``, under the account's row lock), in the same
+    transaction as the change; each event is a link in its account's hash chain
+    (``cases/audit.py``, checked by ``manage.py audit_verify``). Never changed or deleted
+    (``cases.append_only``; a trigger on PostgreSQL, ``cases`` 0022)."""
+
+    account = models.ForeignKey(CustomerAccount, on_delete=models.PROTECT, related_name="events")
+    action = models.CharField(
+        max_length=80, help_text="cases.codes.AccountAction, e.g. cases.account.verified"
+    )
+    reason = models.TextField(blank=True)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    actor_label = models.CharField(
+        max_length=120, help_text="Who or what acted: a username, a worker id, or 'system'."
+    )
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    prev_hash = models.CharField(max_length=64, blank=True, editable=False)
+    hash = models.CharField(max_length=64, editable=False)
+
+    objects = GuardedQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["account", "id"]
+        indexes = [models.Index(fields=["account", "id"], name="account_event_chain_idx")]
+        base_manager_name = "objects"
+
+    def __str__(self) -> str:
+        return f"{self.account_id} {self.action}"
+
+
 class EvidenceReference(models.Model):
     """A pointer to permitted evidence in another system, never a copy of the messages."""
 
@@ -786,8 +823,26 @@ class CancellationRequest(models.Model):
         return f"Cancellation of {self.case_id} ({self.outcome})"
 
 
-class Attempt(models.Model):
-    """One worker's claim on a case (D-41-a1). Never reused; each carries a higher token."""
+class Attempt(GuardedModel):
+    """One worker's claim on a case (D-41-a1). Never reused; each carries a higher token.
+
+    Its identity never changes and it is never deleted; only the columns in ``MUTABLE`` (its
+    state, lease, heartbeat and confirmed steps) are written after the claim
+    (``cases.append_only``; on PostgreSQL also a trigger and the app role's column grants).
+    """
+
+    MUTABLE = frozenset(
+        {
+            "state",
+            "lease_expires_at",
+            "heartbeat_at",
+            "last_confirmed_step",
+            "submitted_at",
+            "last_error",
+            "cancel_requested_at",
+            "finished_at",
+        }
+    )
 
     class State(models.TextChoices):
         RUNNING = "running", "Running"
@@ -838,8 +893,12 @@ class Attempt(models.Model):
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    objects = GuardedQuerySet.as_manager()
+
     class Meta:
         ordering = ["case", "sequence"]
+        # Related managers and the ORM's internals go through the guarded queryset too.
+        base_manager_name = "objects"
         constraints = [
             models.UniqueConstraint(fields=["case", "sequence"], name="attempt_seq_per_case"),
             models.UniqueConstraint(

@@ -23,6 +23,12 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
 COUNT_CAP = 1_000
+# No count reads further than this: a bound no table reaches, and one that still fits the
+# 64-bit LIMIT of PostgreSQL (bigint) and SQLite. A page number whose rows start past it
+# (``?page=4303703354380503545786585604870373376``) is counted to here, found empty and
+# refused like any page past the last one, instead of sending the database a LIMIT it
+# refuses ("bigint out of range": a 500).
+ROW_BOUND = 2**62
 
 
 class BoundedCount(int):
@@ -66,7 +72,7 @@ class BoundedCountPaginator(Paginator):
 
     @cached_property
     def count(self) -> BoundedCount:
-        bound = (self.first_page - 1) * self.per_page + self.cap
+        bound = min((self.first_page - 1) * self.per_page + self.cap, ROW_BOUND)
         rows: Any = self.object_list
         if hasattr(rows, "order_by"):
             # No ORDER BY (nothing to sort for a count), only the primary key, at most bound + 1.

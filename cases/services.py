@@ -23,8 +23,9 @@ from django.utils import timezone
 from django_fsm import can_proceed
 
 from cases import validation
+from cases.account_events import account_event_record, account_lock
 from cases.attempts import attempts_request_stop
-from cases.codes import Action
+from cases.codes import AccountAction, Action
 from cases.exceptions import (
     ActionNotPermitted,
     InvalidCaseInput,
@@ -644,9 +645,37 @@ def case_set_legal_hold(
     return case
 
 
-def account_verify(*, account: CustomerAccount, actor: Actor) -> int:
+def account_create(*, account: CustomerAccount, actor: Actor, reason: str = "") -> CustomerAccount:
+    """Save a new customer account (``account`` is unsaved) and record it on the account's
+    own trail: only a person who may add accounts, or the system."""
+    if not isinstance(actor, Worker) and not (
+        actor.is_active and (actor.is_superuser or actor.has_perm("cases.add_customeraccount"))
+    ):
+        raise ActionNotPermitted(f"{actor_label(actor)} may not add accounts.")
+    validation.ensure_valid(
+        reason=validation.text_errors(reason, max_length=validation.REASON_MAX_LENGTH)
+    )
+    with transaction.atomic():
+        account.save(force_insert=True)
+        account_event_record(
+            account=account_lock(account),
+            action=AccountAction.CREATED,
+            actor=actor,
+            reason=reason.strip(),
+            detail={
+                "reference": account.reference,
+                "team": account.team_id,
+                "verified": account.verified,
+                "access_active": account.access_active,
+            },
+        )
+    return account
+
+
+def account_verify(*, account: CustomerAccount, actor: Actor, reason: str = "") -> int:
     """Record that the customer's identity was checked; their new cases start their work.
-    Returns how many waiting cases moved on."""
+    Returns how many waiting cases moved on. Verifying an account already verified records
+    nothing new (its waiting cases still move on)."""
     if not isinstance(actor, Worker) and not (
         actor.is_superuser
         or (actor.has_perm("cases.lead_case") and account.team.members.filter(pk=actor.pk).exists())
@@ -654,7 +683,11 @@ def account_verify(*, account: CustomerAccount, actor: Actor) -> int:
         raise ActionNotPermitted(f"{actor_label(actor)} may not verify {account.reference}.")
     moved = 0
     with transaction.atomic():
-        CustomerAccount.objects.filter(pk=account.pk).update(verified=True)
+        locked = account_lock(account)
+        newly = not locked.verified
+        if newly:
+            locked.verified = True
+            locked.save(update_fields=["verified"])
         for pk in account.cases.filter(status=Status.NEW).values_list("pk", flat=True):
             case = lock_case(pk)
             if can_proceed(case.request_source_check):
@@ -667,6 +700,15 @@ def account_verify(*, account: CustomerAccount, actor: Actor) -> int:
                 )
                 enqueue_on_commit("reconciliation.tasks.source_check", case.pk)
                 moved += 1
+        if newly:
+            account_event_record(
+                account=locked,
+                action=AccountAction.VERIFIED,
+                actor=actor,
+                reason=reason.strip(),
+                detail={"cases_started": moved},
+            )
+    account.verified = True
     return moved
 
 
@@ -719,11 +761,7 @@ def account_update(
     )
     require_account_lead(actor, account, "change")
     with transaction.atomic():
-        locked = (
-            CustomerAccount.objects.select_for_update(of=("self",))
-            .select_related("team")
-            .get(pk=account.pk)
-        )
+        locked = account_lock(account)
         require_account_lead(actor, locked, "change")
         wanted = {"name": name, "email": email}
         changed = sorted(f for f, v in wanted.items() if v is not None and v != getattr(locked, f))
@@ -732,6 +770,13 @@ def account_update(
         for field in changed:
             setattr(locked, field, wanted[field])
         locked.save(update_fields=changed)
+        account_event_record(
+            account=locked,
+            action=AccountAction.UPDATED,
+            actor=actor,
+            reason=reason.strip(),
+            detail={"fields": changed},
+        )
         for pk in locked.cases.open().order_by("pk").values_list("pk", flat=True):
             record_fact(
                 case=lock_case(pk),

@@ -7,6 +7,7 @@ is development, where the embedded SQLite database and the development secrets a
 
 from __future__ import annotations
 
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import NotRequired, TypedDict
@@ -79,6 +80,8 @@ MIDDLEWARE = [
     "config.headers.PermissionsPolicyMiddleware",
     # Static files from STATIC_ROOT (collectstatic), before sessions and auth do any work.
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # A view's refused database connection is a 503 with Retry-After (config.unavailable).
+    "config.unavailable.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -108,12 +111,33 @@ TEMPLATES = [
 ]
 
 CONN_MAX_AGE = env_int("CONN_MAX_AGE", 600, minimum=0)
+# When the database refuses connections, requests are answered 503 with this Retry-After.
+DB_UNAVAILABLE_RETRY_AFTER_SECONDS = env_int("DB_UNAVAILABLE_RETRY_AFTER_SECONDS", 5, minimum=1)
+# psycopg's connection pool (Django 5.2, PostgreSQL), for web processes: at most
+# DB_POOL_MAX_SIZE connections per process, requests beyond it wait up to DB_POOL_TIMEOUT
+# seconds for one (then 503), and every connection is checked before a request gets it. Off
+# (0) by default. Not in worker clusters: django-q2 forks its workers from a process that has
+# used the database, and a pool must not cross a fork.
+DB_POOL_MAX_SIZE = env_int("DB_POOL_MAX_SIZE", 0, minimum=0)
+DB_POOL_MIN_SIZE = env_int("DB_POOL_MIN_SIZE", min(1, DB_POOL_MAX_SIZE), minimum=0)
+DB_POOL_TIMEOUT = env_float("DB_POOL_TIMEOUT", 5.0, minimum=0.1)
+if DB_POOL_MAX_SIZE and DB_POOL_MIN_SIZE > DB_POOL_MAX_SIZE:
+    raise ImproperlyConfigured("DB_POOL_MIN_SIZE must not exceed DB_POOL_MAX_SIZE.")
+if DB_POOL_MAX_SIZE and sys.argv[1:2] in (["qcluster"], ["run_worker"]):
+    raise ImproperlyConfigured("DB_POOL_MAX_SIZE is for web processes, not worker processes.")
 DATABASES = {
     "default": parse_database_url(
         env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'holdfast.sqlite3'}"),
-        conn_max_age=CONN_MAX_AGE,
+        # A pool keeps its connections itself (Django refuses a pool with persistent ones).
+        conn_max_age=0 if DB_POOL_MAX_SIZE else CONN_MAX_AGE,
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POOL_MAX_SIZE:
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": DB_POOL_MIN_SIZE,
+        "max_size": DB_POOL_MAX_SIZE,
+        "timeout": DB_POOL_TIMEOUT,
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Server-side prepared statements for statements a connection runs again (psycopg prepares
     # one after it ran DB_PREPARE_THRESHOLD times): the claim's read costs ~3 ms to plan and

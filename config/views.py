@@ -1,9 +1,14 @@
-"""Error pages: the API answers in its own error shape, the rest gets Django's pages."""
+"""Error pages: the API answers in its own error shape, the rest gets Django's pages; a
+database that refuses connections is a 503 (``config.unavailable``)."""
 
 from __future__ import annotations
 
+import sys
+
 from django.http import JsonResponse
 from django.views import defaults
+
+from config.unavailable import database_unavailable, unavailable_response
 
 
 def not_found(request, exception):
@@ -15,6 +20,10 @@ def not_found(request, exception):
 
 
 def server_error(request):
+    # Called while the exception is being handled (from anywhere in the request, a
+    # middleware's too): a refused database connection is "try again", not an error.
+    if database_unavailable(sys.exc_info()[1]):
+        return unavailable_response(request)
     if request.path.startswith("/api/"):
         return JsonResponse(
             {

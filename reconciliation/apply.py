@@ -100,6 +100,7 @@ from reconciliation.restore_detection import (
 )
 from reconciliation.restore_recovery import recover_after_restore
 from reconciliation.settle import operation_confirm
+from reconciliation.stopping import stopping
 
 logger = logging.getLogger(__name__)
 # A worker's steps read the locked case with its account only: no permission check runs for a
@@ -164,6 +165,8 @@ def apply_due(
         return claim_next_due(worker=worker, skip=skip, source_checked=source_checked)
 
     while (limit is None or len(outcomes) < limit) and time.monotonic() < deadline:
+        if stopping():  # the cluster is stopping: the dispatcher gives the rest to the next
+            break
         outcome = _claim_and_run(claim, client, worker)
         if outcome is None:
             break

@@ -20,8 +20,9 @@ from django.utils import timezone
 from django_fsm import can_proceed
 
 from cases import validation
+from cases.account_events import account_event_record, account_lock
 from cases.attempts import attempts_request_stop
-from cases.codes import Action
+from cases.codes import AccountAction, Action
 from cases.kernel import (
     Actor,
     Worker,
@@ -283,11 +284,7 @@ def account_revoke_access(*, account: CustomerAccount, actor: Actor, reason: str
     require_account_lead(actor, account, "revoke access of")
     results = []
     with transaction.atomic():
-        locked = (
-            CustomerAccount.objects.select_for_update(of=("self",))
-            .select_related("team")
-            .get(pk=account.pk)
-        )
+        locked = account_lock(account)
         require_account_lead(actor, locked, "revoke access of")
         cases = list(Case.objects.filter(account=locked).open().order_by("pk"))
         if not isinstance(actor, Worker):
@@ -298,6 +295,14 @@ def account_revoke_access(*, account: CustomerAccount, actor: Actor, reason: str
             locked.access_active = False
             locked.access_revoked_at = timezone.now()
             locked.save(update_fields=["access_active", "access_revoked_at"])
+        if was_active or cases:
+            account_event_record(
+                account=locked,
+                action=AccountAction.ACCESS_REVOKED,
+                actor=actor,
+                reason=reason.strip(),
+                detail={"access_was_active": was_active, "cases": [c.reference for c in cases]},
+            )
         for case in cases:
             record_fact(
                 case=lock_case(case),

@@ -46,6 +46,7 @@ from django.utils import timezone
 from cases import scheduling
 from cases.delivery import digests_dispatch_due, notifications_dispatch_due
 from cases.reminders import follow_ups_remind_due
+from reconciliation import stopping
 from reconciliation.claims import attempts_expire_leases
 from reconciliation.dispatch import dispatch_due
 from reconciliation.models import InboundEvent
@@ -162,9 +163,34 @@ def sweeper_lock() -> Iterator[bool]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+MAX_BACKOFF_SECONDS = 30.0
+
+
+def _lock_again() -> bool | None:
+    """After a lost connection: take the PostgreSQL lock again (True), find it taken by
+    another sweeper (False) or the database still refusing (None). The file lock of SQLite
+    does not go with a connection."""
+    if connection.vendor != "postgresql":
+        return True
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [LOCK_KEY])
+            return bool(cursor.fetchone()[0])
+    except DISCONNECTED as exc:
+        logger.warning("The sweeper's lock: the database still refuses (%s).", exc)
+        connections.close_all()
+        return None
+
+
 def sweeper_run(*, duration: float | None = None, successor: bool = True) -> str:
     """The cluster's sweeper: sweep every ``SWEEP_INTERVAL_SECONDS`` for ``duration`` seconds
-    (default: three quarters of the task timeout), then enqueue the next sweeper."""
+    (default: three quarters of the task timeout), then enqueue the next sweeper.
+
+    When its cluster is told to stop (SIGTERM), it ends after the pass under way and enqueues
+    no successor (``reconciliation.stopping``): the next cluster's workers ask for one when
+    they start. When the database drops or refuses its connection it backs off (doubling up to
+    ``MAX_BACKOFF_SECONDS``), takes its lock again and carries on; it ends if another sweeper
+    took the lock meanwhile."""
     interval = sweep_interval()
     if duration is None:
         duration = max(interval, settings.Q_CLUSTER["timeout"] * 0.75 - interval)
@@ -173,13 +199,29 @@ def sweeper_run(*, duration: float | None = None, successor: bool = True) -> str
     with sweeper_lock() as mine:
         if not mine:
             return "another sweeper is running"
-        while True:
+        backoff, held = interval, True
+        while not stopping.stopping():
             started = time.monotonic()
-            sweep_once_or_reconnect()
-            passes += 1
-            if started + interval >= deadline:
+            if not held:  # the lock went with a lost connection: take it again first
+                again = _lock_again()
+                if again is False:
+                    return f"swept {passes} times; another sweeper took over"
+                held = again is True
+            if held and sweep_once_or_reconnect() is not None:
+                backoff = interval
+                passes += 1
+                if started + interval >= deadline:
+                    break
+                stopping.sleep(interval - (time.monotonic() - started))
+                continue
+            # The database dropped or refused the connection: wait longer each time.
+            held = False
+            if started + backoff >= deadline:
                 break
-            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+            stopping.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+    if stopping.stopping():
+        return f"swept {passes} times; stopped with the cluster"
     if successor:
         scheduling.enqueue(SWEEPER_TASK)
     return f"swept {passes} times"

@@ -27,7 +27,8 @@ from tests.support.migration_lint import Finding, lint_migration, lint_migration
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _walk(database_url: str, tmp_path: Path) -> dict:
+def _child_env(database_url: str, tmp_path: Path) -> dict[str, str]:
+    """A migration child process's environment: this one, on ``database_url``."""
     env = {
         key: value
         for key, value in os.environ.items()
@@ -39,11 +40,15 @@ def _walk(database_url: str, tmp_path: Path) -> dict:
         HOLDFAST_STATE_DIR=str(tmp_path / "state"),
         CONN_MAX_AGE="0",
     )
+    return env
+
+
+def _walk(database_url: str, tmp_path: Path) -> dict:
     out = tmp_path / "walk.json"
     proc = subprocess.run(
         [sys.executable, "-m", "tests.support.migration_walk", str(out)],
         cwd=ROOT,
-        env=env,
+        env=_child_env(database_url, tmp_path),
         capture_output=True,
         text=True,
         timeout=180,
@@ -217,3 +222,52 @@ def test_plain_create_index_blocks_inserts_and_concurrently_does_not():
     assert plain["ddl"] > 0.15, result  # long enough to show the difference
     assert plain["insert"] > 0.6 * (plain["ddl"] - 0.05), result  # waited for the build
     assert concurrent["insert"] < 0.25 * concurrent["ddl"], result  # did not wait
+
+
+# Events in the log when 0010 runs: enough for its backfill to last over a second here.
+EVENTS = 4_000
+
+
+@pytest.mark.postgres_only
+def test_the_audit_chain_backfill_never_holds_writers_off_the_events(tmp_path):
+    """``cases`` 0010 links every event that exists into its case's chain. It ran as one
+    transaction holding ACCESS EXCLUSIVE on ``cases_caseevent`` from its first ALTER to the last
+    link, so every writer of events (every case step) waited for the whole backfill. Measured
+    from outside on the migration running in its own process: a writer's lock is refused at
+    most for a statement's moment, and ``audit_verify`` passes on the chains it wrote."""
+    import psycopg
+
+    from tests.support.lock_measure import writers_blocked
+
+    name = f"holdfast_chain_{os.getpid()}"
+    admin = _server_url("postgres").replace("postgres://", "postgresql://", 1)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = _server_url(name)
+    env = _child_env(url, tmp_path)
+
+    def step(*args: str) -> subprocess.Popen:
+        command = [sys.executable, "-m", "tests.support.chain_backfill", *args]
+        return subprocess.Popen(command, cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+
+    def finished(proc: subprocess.Popen) -> None:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-4000:]
+
+    try:
+        finished(step("seed", str(EVENTS)))
+        backfill = step("migrate")
+        blocked = writers_blocked(
+            url.replace("postgres://", "postgresql://", 1),
+            "cases_caseevent",
+            lambda: backfill.poll() is None,
+        )
+        finished(backfill)
+        print(f"backfill of {EVENTS} events: {blocked}")
+        assert blocked["watched"] > 1.0, blocked  # long enough to show the difference
+        assert blocked["longest_refused"] < 0.5, blocked
+        finished(step("finish"))  # every later migration, then audit_verify exits 0
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

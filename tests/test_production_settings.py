@@ -251,3 +251,31 @@ def test_production_registers_no_drill_step_point_even_when_a_drill_asks(tmp_pat
     assert production.stdout.strip() == "[]"
     assert drill_worker.stdout.strip() == repr([DRILL_POINT]), drill_worker.stderr
     assert plain_worker.stdout.strip() == "[]", plain_worker.stderr
+
+
+def test_the_connection_pool_is_bounded_for_web_processes_and_refused_for_workers(tmp_path):
+    pool = {
+        "DATABASE_URL": "postgres://holdfast_app@db.internal:5432/holdfast",
+        "DB_POOL_MAX_SIZE": "4",
+        "DB_POOL_TIMEOUT": "2.5",
+    }
+    env = _env("config.settings", tmp_path, **pool)
+    shown = _run(
+        env,
+        "-c",
+        "from django.conf import settings as s; d = s.DATABASES['default']; "
+        "print(d['OPTIONS']['pool'], d['CONN_MAX_AGE'])",
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == "{'min_size': 1, 'max_size': 4, 'timeout': 2.5} 0"
+
+    worker = _run(env, "manage.py", "qcluster")
+    assert worker.returncode != 0
+    assert "DB_POOL_MAX_SIZE is for web processes" in worker.stderr
+    off = _run(_env("config.settings", tmp_path), "-c", _POOL_OFF)
+    assert off.stdout.strip() == "None", off.stderr
+
+
+_POOL_OFF = (
+    "from django.conf import settings as s; print(s.DATABASES['default']['OPTIONS'].get('pool'))"
+)

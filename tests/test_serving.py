@@ -229,6 +229,68 @@ def test_gunicorn_serves_the_app_static_files_and_health(tmp_path, served_databa
     assert "Booting worker" in requests_logged
 
 
+HUGE_PAGE = "4303703354380503545786585604870373376"
+
+
+@pytest.mark.serving
+@pytest.mark.postgres_only
+def test_gunicorn_answers_503_while_the_database_refuses_connections_and_recovers(
+    tmp_path, transactional_db, lead
+):
+    """From outside, in production settings: gunicorn connects as the README's application
+    role; while that role is out of connections (its CONNECTION LIMIT, the same refusal as
+    "too many clients already"), the API answers 503 with Retry-After in its error shape and
+    the admin a short page, no traceback; once connections free up it serves again."""
+    import psycopg
+    from rest_framework.authtoken.models import Token
+
+    from tests.support.db_roles import role_connection, roles
+    from tests.support.proc_worker import worker_database_url
+
+    token = Token.objects.create(user=lead)
+    with roles(writer_tables=("cases_case",)) as names:
+        app = names["app"]
+        with connection.cursor() as cursor:
+            cursor.execute(f'ALTER ROLE "{app}" CONNECTION LIMIT 2')
+        database = worker_database_url().replace("postgres://postgres@", f"postgres://{app}@")
+        env = {**_production_env(tmp_path, database), "CONN_MAX_AGE": "0"}
+        api = {**HTTPS, "Authorization": f"Token {token.key}"}
+        log = tmp_path / "gunicorn.log"
+        with _gunicorn(env, log) as url:
+            assert httpx.get(f"{url}/api/cases/", headers=api, timeout=10).status_code == 200
+            huge = httpx.get(f"{url}/api/cases/", params={"page": HUGE_PAGE}, headers=api)
+            assert huge.status_code == 404, huge.text
+            assert huge.json()["error"] == "not_found"
+
+            held = [role_connection(app), role_connection(app)]  # every connection it may have
+            try:
+                with pytest.raises(psycopg.OperationalError, match="too many connections"):
+                    role_connection(app)
+                busy = httpx.get(f"{url}/api/cases/", headers=api, timeout=10)
+                page = httpx.get(
+                    f"{url}/admin/cases/case/",
+                    headers={**HTTPS, "Cookie": "sessionid=" + "x" * 32},
+                    timeout=10,
+                )
+            finally:
+                for conn in held:
+                    conn.close()
+            assert busy.status_code == 503, busy.text
+            assert busy.headers["Retry-After"] == "5"
+            assert busy.json()["error"] == "database_unavailable"
+            assert busy.json()["retry_after"] == 5
+            assert page.status_code == 503, page.text
+            assert page.headers["Retry-After"] == "5"
+            assert "cannot reach its database" in page.text
+            for answer in (busy, page):
+                assert "Traceback" not in answer.text
+                assert "too many connections" not in answer.text
+
+            again = httpx.get(f"{url}/api/cases/", headers=api, timeout=10)
+            assert again.status_code == 200, again.text
+    assert "Traceback" not in log.read_text()
+
+
 # --- The views in-process ----------------------------------------------------------------
 
 

@@ -1,5 +1,6 @@
-"""Customer accounts: the name and email change through ``services.account_update``, the flags
-only through audited services (the bulk actions: the kernel's own and those apps add)."""
+"""Customer accounts: created through ``services.account_create``, the name and email changed
+through ``services.account_update``, the flags only through audited services (the bulk actions:
+the kernel's own and those apps add). The page shows the account's own audit trail."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from cases import selectors, services
 from cases.admin.extend import EXTENSIONS
 from cases.admin.filters import PrintableBooleanFilter
 from cases.admin.forms import CustomerAccountForm
+from cases.admin.inlines import AccountEventInline
 from cases.admin.search import IndexedSearchMixin
 from cases.admin.views import person
 from cases.exceptions import CaseError
@@ -32,6 +34,7 @@ class CustomerAccountAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.Mod
     # The team, the reference (the order system's id) and the flags change only through
     # audited services: the actions below; the name and email through ``account_update``.
     readonly_fields = ["reference", "team", "verified", "access_active", "access_revoked_at"]
+    inlines = [AccountEventInline]
 
     @property
     def actions(self) -> list[Any]:  # type: ignore[override]
@@ -42,7 +45,11 @@ class CustomerAccountAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.Mod
         self, request: HttpRequest, obj: CustomerAccount, form: Any, change: bool
     ) -> None:
         if not change:
-            super().save_model(request, obj, form, change)
+            services.account_create(
+                account=obj,
+                actor=person(request),
+                reason=form.cleaned_data.get("change_reason", ""),
+            )
             return
         data = form.cleaned_data
         services.account_update(
@@ -65,6 +72,13 @@ class CustomerAccountAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.Mod
         except CaseError as exc:
             self.message_user(request, f"Nothing was changed: {exc.detail}", messages.ERROR)
             return HttpResponseRedirect(request.path)
+
+    def get_inline_instances(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        """The account's history is shown, never submitted: a POST of the form (a browser's,
+        or a script's without formset fields) does not depend on it."""
+        if request.method == "POST":
+            return []
+        return super().get_inline_instances(request, obj)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [

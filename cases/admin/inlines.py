@@ -9,7 +9,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from cases import selectors
-from cases.models import Attempt, CancellationRequest, CaseEvent, EvidenceReference
+from cases.codes import AccountAction
+from cases.models import AccountEvent, Attempt, CancellationRequest, CaseEvent, EvidenceReference
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -109,3 +110,24 @@ class CancellationInline(ReadOnlyInline):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         visible = selectors.cancellations_for(request.user).values("pk")
         return super().get_queryset(request).filter(pk__in=visible)
+
+
+class AccountEventInline(ReadOnlyInline):
+    """The account's own audit trail on its page, newest first: whoever may see the account
+    sees what was done to it."""
+
+    model = AccountEvent
+    verbose_name_plural = "Account history (append-only: created, verified, changed, revoked)"
+    fields = ("created_at", "what", "actor_label", "reason", "detail")
+    readonly_fields = fields
+    ordering = ["-id"]
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return request.user.has_perm("cases.view_customeraccount")
+
+    @admin.display(description="What happened")
+    def what(self, event: AccountEvent) -> str:
+        try:
+            return AccountAction(event.action).words
+        except ValueError:
+            return event.action

@@ -9,9 +9,20 @@ The trigger (PostgreSQL): before this migration any session could ``SET holdfast
 as; a superuser can) *and* has set the switch for the session or the transaction. The
 application connects as another role, which has only INSERT and SELECT on the table (README,
 "Database roles and the audit log"), and even a role granted UPDATE is refused.
+
+Locks: the migration is not atomic, so no lock outlives its own statement. Adding the two
+columns takes ACCESS EXCLUSIVE for an instant (a constant default: no rewrite); the chain's
+index is built ``CONCURRENTLY`` (SHARE UPDATE EXCLUSIVE: writes go on); the backfill links
+``CASES_PER_BATCH`` cases per transaction, holding only the row locks of those cases (taken
+first, as every writer of events takes its case's lock) and the events it rewrites. So the
+desk keeps writing while the events are linked: a case in the batch being linked waits for
+that batch; an event appended meanwhile to a case not linked yet is linked with it, in order
+(``tests/cases/test_audit_chain.py`` measures the lock on a running migration). It was one
+transaction that held ACCESS EXCLUSIVE on the events from the first ALTER to the last link.
 """
 
-from django.db import migrations, models
+from django.contrib.postgres.operations import AddIndexConcurrently as PostgresConcurrently
+from django.db import migrations, models, transaction
 
 APPEND_ONLY_OWNER = """
 CREATE OR REPLACE FUNCTION holdfast_caseevent_append_only() RETURNS trigger
@@ -49,7 +60,25 @@ END;
 $$ LANGUAGE plpgsql;
 """
 
-BATCH = 2000
+CASES_PER_BATCH = 500
+
+
+class AddIndexConcurrently(PostgresConcurrently):
+    """``CREATE INDEX CONCURRENTLY`` on PostgreSQL; a plain index elsewhere (SQLite)."""
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_forwards(app_label, schema_editor, from_state, to_state)
+        else:
+            model = to_state.apps.get_model(app_label, self.model_name)
+            schema_editor.add_index(model, self.index)
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor == "postgresql":
+            super().database_backwards(app_label, schema_editor, from_state, to_state)
+        else:
+            model = from_state.apps.get_model(app_label, self.model_name)
+            schema_editor.remove_index(model, self.index)
 
 
 def _maintenance(schema_editor, on: bool) -> None:
@@ -60,30 +89,41 @@ def _maintenance(schema_editor, on: bool) -> None:
         )
 
 
-def link_existing_events(apps, schema_editor):
+def _link_cases(CaseEvent, Case, schema_editor, case_ids) -> None:
+    """Link the events of ``case_ids``, each case's in id order, in one transaction under
+    those cases' row locks."""
     from cases.audit import stored_hash
 
-    CaseEvent = apps.get_model("cases", "CaseEvent")
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(APPEND_ONLY_OWNER, params=None)
-    _maintenance(schema_editor, True)
-    last = (0, 0)
-    previous: dict[str, object] = {"case_id": None, "hash": ""}
-    while True:
-        batch = list(
-            CaseEvent.objects.filter(case_id__gte=last[0])
-            .filter(models.Q(case_id__gt=last[0]) | models.Q(id__gt=last[1]))
-            .order_by("case_id", "id")[:BATCH]
-        )
-        for event in batch:
+    with transaction.atomic(using=schema_editor.connection.alias):
+        _maintenance(schema_editor, True)
+        list(Case.objects.select_for_update().filter(pk__in=case_ids).values_list("pk"))
+        previous: dict[str, object] = {"case_id": None, "hash": ""}
+        for event in CaseEvent.objects.filter(case_id__in=case_ids).order_by("case_id", "id"):
             prev_hash = previous["hash"] if previous["case_id"] == event.case_id else ""
             digest = stored_hash(event, prev_hash=prev_hash)
-            CaseEvent.objects.filter(pk=event.pk).update(prev_hash=prev_hash, hash=digest)
+            if (event.prev_hash, event.hash) != (prev_hash, digest):
+                CaseEvent.objects.filter(pk=event.pk).update(prev_hash=prev_hash, hash=digest)
             previous = {"case_id": event.case_id, "hash": digest}
-        if len(batch) < BATCH:
+        _maintenance(schema_editor, False)
+
+
+def link_existing_events(apps, schema_editor):
+    CaseEvent = apps.get_model("cases", "CaseEvent")
+    Case = apps.get_model("cases", "Case")
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(APPEND_ONLY_OWNER, params=None)
+    last = 0
+    while True:
+        case_ids = list(
+            CaseEvent.objects.filter(case_id__gt=last)
+            .order_by("case_id")
+            .values_list("case_id", flat=True)
+            .distinct()[:CASES_PER_BATCH]
+        )
+        if not case_ids:
             break
-        last = (batch[-1].case_id, batch[-1].id)
-    _maintenance(schema_editor, False)
+        _link_cases(CaseEvent, Case, schema_editor, case_ids)
+        last = case_ids[-1]
 
 
 def restore_switch(apps, schema_editor):
@@ -92,6 +132,8 @@ def restore_switch(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
+    atomic = False
+
     dependencies = [("cases", "0009_queues")]
 
     operations = [
@@ -106,7 +148,7 @@ class Migration(migrations.Migration):
             field=models.CharField(default="", editable=False, max_length=64),
             preserve_default=False,
         ),
-        migrations.AddIndex(
+        AddIndexConcurrently(
             model_name="caseevent",
             index=models.Index(fields=["case", "id"], name="cases_event_chain_idx"),
         ),

@@ -121,6 +121,7 @@ def _approved_case(run: Run, order_id: str, version: int, when: _Approved) -> in
     key and a real grant until ``when.expires``; its id."""
     from approvals.grants import grant_issue
     from approvals.models import Approval, Operation
+    from cases.append_only import maintenance
     from cases.fencing import counter_next
     from cases.models import Case
 
@@ -149,17 +150,19 @@ def _approved_case(run: Run, order_id: str, version: int, when: _Approved) -> in
     case.proposals.update(
         order_id=order_id, delivery_date=requested, evidence_order_version=version
     )
-    Approval.objects.filter(proposal__case=case).update(
-        reference=approval_reference,
-        expires_at=expires,
-        grant=grant_issue(
-            operation_key=key,
-            order_id=order_id,
-            delivery_date=requested,
-            approval_id=approval_reference,
+    # A decided approval never changes (cases.append_only): the seed is the owner's repair.
+    with maintenance():
+        Approval.objects.filter(proposal__case=case).update(
+            reference=approval_reference,
             expires_at=expires,
-        ),
-    )
+            grant=grant_issue(
+                operation_key=key,
+                order_id=order_id,
+                delivery_date=requested,
+                approval_id=approval_reference,
+                expires_at=expires,
+            ),
+        )
     return case.pk
 
 

@@ -18,6 +18,7 @@ from django.utils import timezone
 from approvals import selectors, services
 from approvals.exceptions import OwnProposal
 from approvals.models import Approval, Proposal, ProposalAuthor
+from cases.append_only import maintenance
 from cases.kernel import Worker
 from cases.models import CaseEvent, Status
 from cases.services import case_intake, case_transition
@@ -392,7 +393,8 @@ def test_database_refuses_an_approval_by_an_author_inserted_directly(
 
 def test_database_refuses_handing_an_approval_to_an_author(opened_by_both, both, approver):
     approval = services.proposal_approve(proposal=opened_by_both, actor=approver)
-    with pytest.raises(IntegrityError, match="approval_not_by_author"), transaction.atomic():
+    # The owner's repair passes the append-only guards: the four-eyes trigger still refuses.
+    with pytest.raises(IntegrityError, match="approval_not_by_author"), maintenance():
         Approval.objects.filter(pk=approval.pk).update(decided_by=both)
     approval.refresh_from_db()
     assert approval.decided_by == approver

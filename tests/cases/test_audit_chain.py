@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
-import os
 from io import StringIO
 
 import pytest
@@ -25,6 +24,7 @@ from cases.kernel import record_event
 from cases.models import CaseEvent
 from cases.retention import case_purge
 from cases.services import case_transition, case_update_followup
+from tests.support.db_roles import refused, role_connection, roles
 
 RETENTION_DAYS = 30
 
@@ -289,44 +289,16 @@ def _escalate_without_refresh(case, actor):
 # --- PostgreSQL: the application's role cannot rewrite events ----------------------------------
 
 
-def _role_connection(role: str):
-    import psycopg
-
-    settings = connection.settings_dict
-    return psycopg.connect(
-        host=settings["HOST"] or "127.0.0.1",
-        port=settings["PORT"] or 5432,
-        dbname=settings["NAME"],
-        user=role,
-    )
-
-
 @pytest.fixture
 def db_roles(transactional_db):
     """Two login roles in the test database: ``app`` as the README grants it (INSERT and
     SELECT on the event table), and ``writer`` granted every privilege on it, as the finding
     assumed. Dropped afterwards."""
-    suffix = os.getpid()
-    roles = {"app": f"holdfast_app_test_{suffix}", "writer": f"holdfast_writer_test_{suffix}"}
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_get_serial_sequence('cases_caseevent', 'id')")
-        (sequence,) = cursor.fetchone()
-        for role in roles.values():
-            cursor.execute(f'DROP ROLE IF EXISTS "{role}"')
-            cursor.execute(f'CREATE ROLE "{role}" LOGIN')
-            cursor.execute(f'GRANT USAGE ON SEQUENCE {sequence} TO "{role}"')
-        cursor.execute(f'GRANT SELECT, INSERT ON cases_caseevent TO "{roles["app"]}"')
-        # Every table whose rows point at events, so that TRUNCATE … CASCADE reaches the
-        # event table's own guard.
-        cursor.execute(
-            "GRANT SELECT, INSERT, UPDATE, DELETE, TRUNCATE ON cases_caseevent, "
-            f'approvals_proposalauthor, cases_notification TO "{roles["writer"]}"'
-        )
-    yield roles
-    with connection.cursor() as cursor:
-        for role in roles.values():
-            cursor.execute(f'DROP OWNED BY "{role}"')
-            cursor.execute(f'DROP ROLE "{role}"')
+    # The writer also holds every table whose rows point at events, so that TRUNCATE …
+    # CASCADE reaches the event table's own guard.
+    writer_tables = ("cases_caseevent", "approvals_proposalauthor", "cases_notification")
+    with roles(writer_tables=writer_tables) as names:
+        yield names
 
 
 REWRITES = [
@@ -337,18 +309,6 @@ REWRITES = [
     ("SET LOCAL holdfast.maintenance = 'on'", "DELETE FROM cases_caseevent"),
     ("SET holdfast.maintenance = 'on'", "TRUNCATE cases_caseevent CASCADE"),
 ]
-
-
-def _refused(conn, statements) -> str:
-    import psycopg
-
-    try:
-        with conn.transaction(), conn.cursor() as cursor:
-            for statement in statements:
-                cursor.execute(statement)
-    except psycopg.errors.InsufficientPrivilege as refused:
-        return str(refused)
-    raise AssertionError(f"{statements} was not refused")
 
 
 def _insert_event(conn, case) -> None:
@@ -367,9 +327,9 @@ def test_the_app_role_can_insert_and_select_events_but_never_rewrite_them(db_rol
     case = make_case()
     before = list(CaseEvent.objects.order_by("id").values_list("id", "reason", "hash"))
 
-    with _role_connection(db_roles["app"]) as app:
+    with role_connection(db_roles["app"]) as app:
         for statements in REWRITES:
-            message = _refused(app, statements)
+            message = refused(app, statements)
             assert "permission denied for table cases_caseevent" in message, statements
         _insert_event(app, case)
         with app.cursor() as cursor:
@@ -386,9 +346,9 @@ def test_a_role_granted_update_still_cannot_flip_the_trigger_switch(db_roles, ma
     make_case()
     before = list(CaseEvent.objects.order_by("id").values_list("id", "reason", "hash"))
 
-    with _role_connection(db_roles["writer"]) as writer:
+    with role_connection(db_roles["writer"]) as writer:
         for statements in REWRITES:
-            message = _refused(writer, statements)
+            message = refused(writer, statements)
             assert "append-only" in message, statements
             assert db_roles["writer"] in message, statements
 

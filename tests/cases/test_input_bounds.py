@@ -7,6 +7,8 @@ import datetime as dt
 import json
 
 import pytest
+from django.contrib import admin
+from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -570,3 +572,49 @@ def test_brackets_inside_json_strings_do_not_count_as_nesting(api_as, agent, acc
 
     assert response.status_code == 201, response.json()
     assert Case.objects.get().note == note
+
+
+# --- page numbers past any offset ---------------------------------------------------------------
+# PostgreSQL's OFFSET and LIMIT are bigints and SQLite's integers 64-bit: a page number whose
+# offset does not fit (?page=4303703354380503545786585604870373376) reached the database as the
+# count's LIMIT and failed there ("bigint out of range"; SQLite's driver: OverflowError), a 500.
+
+HUGE_PAGES = [
+    "4303703354380503545786585604870373376",
+    str(2**63 - 1),
+    str(2**63),
+    str(2**63 // 50 + 1),  # the page fits a bigint, its first row's offset does not
+    str(10**30),
+]
+
+
+@pytest.mark.parametrize("url", ["/api/cases/", "/api/proposals/"])
+@pytest.mark.parametrize("page", HUGE_PAGES)
+def test_api_page_past_any_offset_is_404_in_the_error_shape(api_as, lead, case, url, page):
+    response = api_as(lead).get(url, {"page": page})
+
+    assert response.status_code == 404, (url, page, response.content[:300])
+    assert response.json()["error"] == "not_found"
+    assert response.json()["detail"].startswith("Invalid page"), response.json()
+
+
+def test_api_pages_as_before_below_the_bound(api_as, lead, case):
+    assert api_as(lead).get("/api/cases/", {"page": "1"}).json()["count"] == 1
+    assert api_as(lead).get("/api/cases/", {"page": "2"}).status_code == 404
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist"
+        for model in admin.site._registry
+    ],
+)
+def test_every_admin_list_answers_a_page_past_any_offset_with_the_list(browser, case, name):
+    """Django's answer for a page past the last one: the list again (a redirect to ``?e=1``,
+    the first page; the proposals' queue first adds its default filter), for any number."""
+    client = browser(get_user_model().objects.create_superuser("root", "root@example.com", "pw"))
+    for page in HUGE_PAGES:
+        response = client.get(reverse(name), {"p": page}, follow=True)
+        assert response.status_code == 200, (name, page, response.status_code)
+        assert all(status == 302 for _, status in response.redirect_chain), response.redirect_chain

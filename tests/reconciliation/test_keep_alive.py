@@ -8,6 +8,7 @@ import time
 import pytest
 from django.db import connections
 
+from cases.append_only import maintenance
 from cases.models import Attempt
 from reconciliation.apply import apply_case
 from reconciliation.claims import attempts_expire_leases
@@ -68,7 +69,10 @@ def test_one_heartbeat_thread_renews_every_waiting_attempt_and_says_when_a_lease
         assert first > attempt.claimed_at
         assert not lost.is_set()
         # Fenced meanwhile (a new owner's token): the next heartbeat is refused.
-        Attempt.objects.filter(pk=attempt.pk).update(fencing_token=attempt.fencing_token + 10**6)
+        with maintenance():
+            Attempt.objects.filter(pk=attempt.pk).update(
+                fencing_token=attempt.fencing_token + 10**6
+            )
         assert lost.wait(3), "the refused heartbeat was not reported"
     for _ in range(3):  # calls one after another: no thread of their own
         with keep_alive(attempt):

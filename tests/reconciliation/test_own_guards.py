@@ -19,6 +19,7 @@ import approvals.services as approval_services
 from approvals.grants import grant_issue
 from approvals.models import Approval, Proposal
 from approvals.services import proposal_approve
+from cases.append_only import maintenance
 from cases.models import Attempt, Case, CaseEvent, CustomerAccount, Status
 from reconciliation import apply as apply_module
 from reconciliation.apply import apply_case
@@ -80,10 +81,11 @@ def ready_case(believed_safe, make_case, approver):
 
 def _expire(approval: Approval) -> None:
     """The approval's time is up (its signed grant still says later: this receiver does not
-    look at it anyway)."""
-    Approval.objects.filter(pk=approval.pk).update(
-        expires_at=timezone.now() - dt.timedelta(seconds=1)
-    )
+    look at it anyway). A decided approval never changes: the owner's repair moves its clock."""
+    with maintenance():
+        Approval.objects.filter(pk=approval.pk).update(
+            expires_at=timezone.now() - dt.timedelta(seconds=1)
+        )
 
 
 def _nothing_reached_the_order(system, *, version: int = 1) -> None:

@@ -242,3 +242,55 @@ def test_run_worker_alone_brings_a_new_case_to_review(case, live_orders, autonom
     case.refresh_from_db()
     assert case.status == Status.AWAITING_REVIEW, out.getvalue()
     assert OrmQ.objects.count() == 0  # it ran its own work; nothing went to the broker
+
+
+def _sweeper_lock_holder() -> int | None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+        row = cursor.fetchone()
+    return row[0] if row else None
+
+
+@pytest.mark.postgres_only
+def test_a_sweeper_whose_connection_is_cut_backs_off_and_sweeps_on_under_its_lock(
+    transactional_db, settings
+):
+    """The database drops the sweeper's connection (a restart, an admin's terminate, an
+    exhausted server): the advisory lock goes with it. The sweeper waits, takes the lock
+    again on a new connection and sweeps on; before, it swept on without the lock."""
+    from django.db import connection
+
+    from tests.support.proc_worker import wait_for
+
+    settings.SWEEP_INTERVAL_SECONDS = 0.2
+    result: list[str] = []
+
+    def run() -> None:
+        try:
+            result.append(sweep.sweeper_run(duration=8, successor=False))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        first = wait_for(_sweeper_lock_holder, timeout=10, what="the sweeper's lock")
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [first])
+        second = wait_for(
+            lambda: (holder := _sweeper_lock_holder()) not in (None, first) and holder,
+            timeout=6,
+            what="the sweeper to take its lock again",
+        )
+        assert thread.is_alive()  # still sweeping, under the lock
+    finally:
+        thread.join(timeout=30)
+    assert second != first
+    assert len(result) == 1
+    assert result[0].startswith("swept "), result
+    assert "another sweeper" not in result[0]

@@ -7,6 +7,10 @@ another session: a plain ``CREATE INDEX`` blocks it for the build, ``CREATE INDE
 CONCURRENTLY`` does not. It also times ``ADD COLUMN`` with a constant and a volatile default,
 ``ADD CONSTRAINT CHECK`` with and without ``NOT VALID`` and ``SET NOT NULL``. The database is
 dropped at the end. ``tests/test_migrations.py`` runs ``measure`` with fewer rows.
+
+``writers_blocked`` measures a running migration from outside: how long, at most, a writer
+could not take the lock an INSERT or UPDATE needs on a table (``tests/cases/test_audit_chain.py``
+runs ``cases`` 0010's backfill under it).
 """
 
 from __future__ import annotations
@@ -52,6 +56,41 @@ def blocked_insert(url: str, ddl: str, *, autocommit: bool) -> dict[str, float]:
         out["insert"] = time.monotonic() - began
     thread.join()
     return out
+
+
+def writers_blocked(url: str, table: str, running, *, every: float = 0.01) -> dict[str, float]:
+    """While ``running()`` is true, try every ``every`` seconds to take ``table``'s ROW
+    EXCLUSIVE lock (what INSERT, UPDATE and DELETE take) without waiting; the longest
+    stretch in which every try was refused, the time refused in all and the time watched."""
+    import psycopg
+
+    longest = refused_total = 0.0
+    since: float | None = None
+    began = time.monotonic()
+    with psycopg.connect(url, autocommit=True) as conn:
+        while running():
+            now = time.monotonic()
+            try:
+                with conn.transaction():
+                    conn.execute(f'LOCK TABLE "{table}" IN ROW EXCLUSIVE MODE NOWAIT')
+            except psycopg.errors.LockNotAvailable:
+                since = now if since is None else since
+            except psycopg.errors.UndefinedTable:
+                pass
+            else:
+                if since is not None:
+                    longest = max(longest, now - since)
+                    refused_total += now - since
+                    since = None
+            time.sleep(every)
+        if since is not None:
+            longest = max(longest, time.monotonic() - since)
+            refused_total += time.monotonic() - since
+    return {
+        "longest_refused": longest,
+        "refused": refused_total,
+        "watched": time.monotonic() - began,
+    }
 
 
 def timed(url: str, sql: str) -> float:

@@ -1,4 +1,5 @@
-"""Verify the hash chain of the audit log: every case's events, or one case's with ``--case``.
+"""Verify the hash chains of the audit log: every case's events and every account's account
+events, or one case's events with ``--case``.
 
 Reads the events in batches (constant memory), prints progress while it walks, then one line
 per broken chain with its first broken link (case reference, event id, expected and stored
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from cases.audit import verify_chains
+from cases.audit import verify_account_chains, verify_chains
 from cases.models import Case
 
 
@@ -38,12 +39,23 @@ class Command(BaseCommand):
         result = verify_chains(case_reference=case, batch_size=batch_size, progress=progress)
         for link in result.broken:
             self.stdout.write(link.describe())
+        broken = [f"{len(result.broken)} case(s)"] if result.broken else []
+        if case is None:
+            accounts = verify_account_chains(batch_size=batch_size)
+            for link in accounts.broken:
+                self.stdout.write(link.describe())
+            if accounts.broken:
+                broken.append(f"{len(accounts.broken)} account(s)")
+            self.stdout.write(
+                f"Account chains: {accounts.events} event(s) of {accounts.cases} account(s) "
+                f"checked."
+            )
         scope = f"case {case}" if case else f"{result.cases} case(s)"
-        if result.ok:
+        if not broken:
             self.stdout.write(f"Audit chain intact: {result.events} event(s) of {scope}.")
             return
         raise CommandError(
-            f"Audit chain broken in {len(result.broken)} case(s); checked {result.events} "
+            f"Audit chain broken in {' and '.join(broken)}; checked {result.events} "
             f"event(s) of {scope}.",
             returncode=1,
         )
