@@ -276,6 +276,16 @@ CASE_RETENTION_DAYS = env_int("CASE_RETENTION_DAYS", 365, minimum=1)
 CASE_REFERENCE_PREFIX = env_str("CASE_REFERENCE_PREFIX", "D")
 # A delivery date asked for or proposed is today or later, and at most this many days ahead.
 DELIVERY_DATE_HORIZON_DAYS = env_int("DELIVERY_DATE_HORIZON_DAYS", 365, minimum=1)
+# The change kinds this desk offers (``cases.kinds``): dotted paths of ChangeKind classes,
+# registered in this order when the cases app is ready.
+HOLDFAST_CHANGE_KINDS = env_list(
+    "HOLDFAST_CHANGE_KINDS",
+    [
+        "cases.kinds.delivery_date.DeliveryDate",
+        "cases.kinds.shipping_address.ShippingAddress",
+        "cases.kinds.order_cancellation.OrderCancellation",
+    ],
+)
 
 # --- django-q2 -----------------------------------------------------------------------------
 # One retry layer: Holdfast's services decide about retries. django-q2 must neither re-deliver
