@@ -9,8 +9,10 @@ one at a time, and applied again. New migrations are picked up from the migratio
 
 from __future__ import annotations
 
+import io
 import json
 import os
+from importlib import import_module
 import subprocess
 import sys
 from pathlib import Path
@@ -182,6 +184,16 @@ def test_lock_rule_flags_each_kind_of_long_lock():
         AddIndexConcurrently("caseevent", models.Index(fields=["action"], name="ev_a2")),
         atomic=False,
     )
+    concurrent = import_module("cases.migrations.0019_case_one_open_per_order_kind")
+    assert not _lint(
+        concurrent.AddConstraintConcurrently(
+            "case",
+            models.UniqueConstraint(
+                fields=["order_id"], condition=models.Q(status="ready"), name="c_one"
+            ),
+        ),
+        atomic=False,
+    )
     assert not _lint(
         ops.CreateModel("Note", [("id", models.BigAutoField(primary_key=True))]),
         ops.AddIndex("note", models.Index(fields=["id"], name="note_id_idx")),
@@ -217,3 +229,21 @@ def test_plain_create_index_blocks_inserts_and_concurrently_does_not():
     assert plain["ddl"] > 0.15, result  # long enough to show the difference
     assert plain["insert"] > 0.6 * (plain["ddl"] - 0.05), result  # waited for the build
     assert concurrent["insert"] < 0.25 * concurrent["ddl"], result  # did not wait
+
+
+@pytest.mark.postgres_only
+def test_the_one_open_case_and_live_operation_constraints_are_built_concurrently(db):
+    """cases 0019 and approvals 0008 build their partial unique indexes without blocking
+    writes: the SQL they send is CREATE UNIQUE INDEX CONCURRENTLY (what the lock rule lets
+    ``AddConstraintConcurrently`` through for)."""
+    from django.core.management import call_command
+
+    for app, name in (
+        ("cases", "0019_case_one_open_per_order_kind"),
+        ("approvals", "0008_operation_one_live_per_change"),
+    ):
+        out = io.StringIO()
+        call_command("sqlmigrate", app, name, stdout=out)
+        sql = out.getvalue()
+        assert "CREATE UNIQUE INDEX CONCURRENTLY" in sql, sql
+        assert "CREATE UNIQUE INDEX \"" not in sql, sql
