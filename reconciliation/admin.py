@@ -421,8 +421,8 @@ def settle_view(
 
 
 def case_page_context(request: HttpRequest, case: Case) -> Mapping[str, Any]:
-    """The order system's autonomy, shown on every case page."""
-    return {"autonomy_status": current_autonomy()}
+    """The order system's autonomy for the case's kind of change, shown on every case page."""
+    return {"autonomy_status": current_autonomy(kind=case.kind)}
 
 
 def revoke_case(*, case: Case, actor: Any, kind: str, reason: str) -> str:

@@ -46,6 +46,7 @@ from django.utils import timezone
 
 from approvals.models import Approval, Operation, Proposal
 from approvals.services import review_due_at
+from cases import kinds
 from cases.attempts import attempt_finish
 from cases.backoff import next_retry_at
 from cases.codes import Action
@@ -97,7 +98,7 @@ from reconciliation.restored import (
     source_check_forget,
 )
 from reconciliation.retries import Words, literal, transient_failure_record
-from reconciliation.settle import operation_confirm
+from reconciliation.settle import found_as_intended, operation_confirm
 
 logger = logging.getLogger(__name__)
 # A worker's steps read the locked case with its account only: no permission check runs for a
@@ -302,7 +303,7 @@ def _apply_step(
             result = client.apply_operation(
                 operation.order_id,
                 operation_key=operation.key,
-                delivery_date=operation.delivery_date,
+                change=operation.change,
                 expected_version=authority.evidence_order_version,
                 fencing_token=attempt.fencing_token,
                 approval_grant=authority.grant,
@@ -353,15 +354,14 @@ def _look_before_write(
         # Not proof either way: nothing is written on a guess.
         return attempt_record_refusal(attempt, worker, exc), None
     intended = (
-        record.order_id == operation.order_id
-        and record.delivery_date == operation.delivery_date
+        found_as_intended(operation, record)
         and record.status == "applied"
         and record.order_version is not None
     )
     if not intended:
         ended = EndedLookupMismatch(
             f"{operation.key} exists at the order system with another change "
-            f"({record.order_id} → {record.delivery_date}, {record.status}); "
+            f"({record.order_id}: {kinds.describe(record.change)}, {record.status}); "
             "a person must look"
         )
         return _finish(attempt, worker, ended), None
@@ -526,7 +526,7 @@ def _record_applied(
             order_version=result.order_version,
             actor=worker,
             kind=kind,
-            summary=f"{operation.key} {how}: delivery {operation.delivery_date:%Y-%m-%d}, "
+            summary=f"{operation.key} {how}: {operation.description}, "
             f"order version {result.order_version}",
         )
         if unexpected:
@@ -750,11 +750,11 @@ def _notify(attempt: Attempt, worker: Worker, plan: Notify | None) -> str:
     if plan is Notify.SEND:
         try:
             EmailMessage(
-                subject=f"Your delivery for order {operation.order_id} is moved",
+                subject=f"Your order {operation.order_id}: {operation.kind.label.lower()} "
+                "changed as you asked",
                 body=(
-                    f"Hello {case.account.name},\n\nAs you asked ({case.reference}), the "
-                    f"delivery of order {operation.order_id} is now on "
-                    f"{operation.delivery_date:%A %d %B %Y}.\n"
+                    f"Hello {case.account.name},\n\nAs you asked ({case.reference}), for "
+                    f"order {operation.order_id}: {operation.description}. This is done.\n"
                 ),
                 from_email=settings.DEFAULT_FROM_EMAIL,
                 to=[address],

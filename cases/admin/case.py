@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from cases import selectors, services
+from cases import kinds, selectors, services
 from cases.admin import views
 from cases.admin.extend import EXTENSIONS
 from cases.admin.filters import (
@@ -57,7 +57,7 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         "status_badge",
         "account",
         "order_id",
-        "requested_date",
+        "change_display",
         "owner",
         "responsible_now_display",
         "waiting_on",
@@ -84,7 +84,8 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         "account",
         "request_key",
         "order_id",
-        "requested_date",
+        "kind_display",
+        "change_display",
         "note",
         "team",
         "waiting_on",
@@ -121,7 +122,8 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
                         "account",
                         "request_key",
                         "order_id",
-                        "requested_date",
+                        "kind_display",
+                        "change_display",
                         "note",
                         "team",
                     ]
@@ -220,6 +222,14 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         return format_html(
             '<span class="hf-status hf-{}">{}</span>', case.status, case.get_status_display()
         )
+
+    @admin.display(description="kind", ordering="kind")
+    def kind_display(self, case: Case) -> str:
+        return kinds.label_of(case.kind)
+
+    @admin.display(description="change asked for")
+    def change_display(self, case: Case) -> str:
+        return case.change_description
 
     @admin.display(description="responsible now")
     def responsible_now_display(self, case: Case) -> Any:
