@@ -12,6 +12,7 @@ from django.db.utils import ProgrammingError
 from django.utils import timezone
 
 from approvals.models import Operation
+from cases import kinds
 from cases.exceptions import ActionNotPermitted
 from cases.kernel import SYSTEM
 from cases.models import Attempt, CancellationRequest, Case, CaseEvent, EvidenceReference, Status
@@ -253,7 +254,8 @@ def _active_attempt(case):
         key=f"DATE-{case.number}-1",
         sequence=1,
         order_id=case.order_id,
-        delivery_date=case.requested_date,
+        change=case.change,
+        change_hash=kinds.change_hash(case.change),
     )
     Attempt.objects.create(
         case=case,

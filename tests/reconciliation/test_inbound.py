@@ -129,6 +129,7 @@ def mock_source(*, version: int, account_id: str = "ACC-100") -> OrderSystemClie
                 json={
                     "order_id": request.url.path.rsplit("/", 1)[-1],
                     "account_id": account_id,
+                    "status": "open",
                     "delivery_date": str(delivery),
                     "version": version,
                 },
