@@ -10,6 +10,7 @@ characters; debug, fault injection and the ``/_testing/`` endpoints are refused 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -95,6 +96,33 @@ if PRODUCTION and _UNSAFE_SKIPS:
     raise ImproperlyConfigured(
         f"{', '.join(_UNSAFE_SKIPS)} must be off when DJANGO_ENV=production: a receiver that "
         "skips its checks is for tests of Holdfast's own guards only."
+    )
+
+# Change kinds (orders.kinds): the built-in kinds this receiver accepts, and plug-in handler
+# modules (dotted paths, each with a ``HANDLER``) loaded beside them. A kind not listed is refused
+# with 422 unsupported_kind and not named in /capabilities.
+BUILT_IN_CHANGE_KINDS = ("delivery_date", "shipping_address", "order_cancellation")
+ORDERS_CHANGE_KINDS = env_list("ORDERS_CHANGE_KINDS", list(BUILT_IN_CHANGE_KINDS))
+_UNKNOWN_KINDS = sorted(set(ORDERS_CHANGE_KINDS) - set(BUILT_IN_CHANGE_KINDS))
+if _UNKNOWN_KINDS:
+    raise ImproperlyConfigured(
+        f"ORDERS_CHANGE_KINDS names {', '.join(_UNKNOWN_KINDS)}: the built-in kinds are "
+        f"{', '.join(BUILT_IN_CHANGE_KINDS)} (a plug-in kind goes in ORDERS_EXTRA_KINDS)."
+    )
+ORDERS_EXTRA_KINDS = env_list("ORDERS_EXTRA_KINDS", [])
+if PRODUCTION and ORDERS_EXTRA_KINDS:
+    raise ImproperlyConfigured(
+        "ORDERS_EXTRA_KINDS must be empty when DJANGO_ENV=production: plug-in kinds loaded by "
+        "dotted path are for tests and development of a new kind only."
+    )
+# The countries a shipping address may be changed to (ISO 3166-1 alpha-2).
+SHIP_TO_DEFAULT = "AT,BE,CH,DE,DK,ES,FI,FR,GB,IE,IT,LU,NL,NO,PT,SE"
+ORDERS_SHIP_TO_COUNTRIES = env_list("ORDERS_SHIP_TO_COUNTRIES", SHIP_TO_DEFAULT.split(","))
+_BAD_COUNTRIES = [code for code in ORDERS_SHIP_TO_COUNTRIES if not re.fullmatch("[A-Z]{2}", code)]
+if _BAD_COUNTRIES:
+    raise ImproperlyConfigured(
+        f"ORDERS_SHIP_TO_COUNTRIES holds {', '.join(_BAD_COUNTRIES)}: use two capital letters "
+        "(ISO 3166-1 alpha-2) per country, e.g. GB,DE,FR."
     )
 
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", *env_list("ORDERS_ALLOWED_HOSTS", [])]

@@ -13,15 +13,6 @@ from django.views.decorators.http import require_http_methods
 from orders import faults, services
 from orders.exceptions import Refused, invalid
 
-CAPABILITIES = {
-    "idempotency_keys": True,
-    "fencing": True,
-    "version_check": True,
-    "approval_grants": True,
-    "consistent_lookup": True,
-    "fence_endpoint": True,
-}
-
 
 def _json_body(request: HttpRequest) -> object:
     if not request.body:
@@ -69,12 +60,12 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 @api("GET")
 def capabilities(request: HttpRequest) -> HttpResponse:
-    return JsonResponse(CAPABILITIES)
+    return JsonResponse(services.capabilities_json())
 
 
 @api("GET")
 def order_detail(request: HttpRequest, order_id: str) -> HttpResponse:
-    return JsonResponse(services.order_get(order_id=order_id).as_json())
+    return JsonResponse(services.order_json(order_id=order_id))
 
 
 @api("GET")
@@ -169,6 +160,13 @@ def testing_access(request: HttpRequest, account_id: str) -> HttpResponse:
         raise invalid({"active": "Must be true or false."})
     account = services.account_set_access(account_id=account_id, active=active)
     return JsonResponse({"account_id": account.account_id, "access_active": account.access_active})
+
+
+@gated
+@api("POST")
+def testing_order(request: HttpRequest, order_id: str) -> HttpResponse:
+    order = services.testing_order_set(order_id=order_id, data=_json_body(request))
+    return JsonResponse(order.as_json())
 
 
 @gated

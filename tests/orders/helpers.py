@@ -22,6 +22,47 @@ FULL_DATE = TODAY + timedelta(days=6)
 INITIAL_FENCE = 3
 
 
+ADDRESS = {
+    "name": "Dana Whitfield",
+    "line1": "12 Harbour Street",
+    "line2": "",
+    "city": "Bristol",
+    "postal_code": "BS1 4DJ",
+    "country": "GB",
+}
+NEW_ADDRESS = {
+    "name": "Dana Whitfield",
+    "line1": "3 Rue de la Paix",
+    "city": "Paris",
+    "postal_code": "75002",
+    "country": "FR",
+}
+
+
+def date_change(day: date = FREE_DATE) -> dict:
+    return {"kind": "delivery_date", "delivery_date": day.isoformat()}
+
+
+def address_change(**fields: object) -> dict:
+    """A shipping address change to ``NEW_ADDRESS`` with ``fields`` replaced (``None`` drops)."""
+    address = {
+        name: value for name, value in {**NEW_ADDRESS, **fields}.items() if value is not None
+    }
+    return {"kind": "shipping_address", "address": address}
+
+
+def cancellation(reason_code: str = "customer_request") -> dict:
+    return {"kind": "order_cancellation", "reason_code": reason_code}
+
+
+# One valid change of each built-in kind, by key prefix.
+CHANGES = {
+    "DATE": date_change(),
+    "ADDR": address_change(),
+    "CANCEL": cancellation(),
+}
+
+
 def make_grant(
     *,
     operation_key: str,
@@ -36,7 +77,7 @@ def make_grant(
         approval_id=approval_id,
         operation_key=operation_key,
         order_id=order_id,
-        change=change if change is not None else {"delivery_date": FREE_DATE.isoformat()},
+        change=change if change is not None else date_change(),
         expires_at=expires_at or datetime.now(UTC) + timedelta(hours=1),
     )
 
@@ -45,13 +86,15 @@ def operation_body(
     *,
     operation_key: str = "DATE-1-1",
     delivery_date: date = FREE_DATE,
+    change: dict | None = None,
     expected_version: int = 1,
     fencing_token: int = 7,
     order_id: str = ORDER_ID,
     grant: str | None = None,
 ) -> dict:
-    """A valid request body (the grant matches it) unless the caller overrides a part."""
-    change = {"delivery_date": delivery_date.isoformat()}
+    """A valid request body (the grant matches it) unless the caller overrides a part; the
+    change is ``change``, else a delivery date change to ``delivery_date``."""
+    change = change if change is not None else date_change(delivery_date)
     return {
         "operation_key": operation_key,
         "change": change,
@@ -63,13 +106,20 @@ def operation_body(
     }
 
 
+def body_for_kind(prefix: str, **overrides) -> dict:
+    """A valid body for the change of ``CHANGES[prefix]`` under key ``<prefix>-1-1``."""
+    return operation_body(operation_key=f"{prefix}-1-1", change=CHANGES[prefix], **overrides)
+
+
 def seed_rows() -> None:
-    """ACC-1 with ORD-1 on CURRENT_DATE (version 1, fence 3); one free and one full slot."""
+    """ACC-1 with ORD-1 (open, on CURRENT_DATE, at ADDRESS, version 1, fence 3); one free and
+    one full slot."""
     account = Account.objects.create(account_id=ACCOUNT_ID, name="Northwind", access_active=True)
     Order.objects.create(
         order_id=ORDER_ID,
         account=account,
         delivery_date=CURRENT_DATE,
+        shipping_address=ADDRESS,
         version=1,
         fence_token=INITIAL_FENCE,
     )

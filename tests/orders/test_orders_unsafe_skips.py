@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from orders.models import Account, AppliedOperation
-from tests.orders.helpers import ACCOUNT_ID, FREE_DATE, make_grant, operation_body
+from tests.orders.helpers import ACCOUNT_ID, FREE_DATE, date_change, make_grant, operation_body
 from tests.test_production_settings import _env, _setup
 
 SKIPS = (
@@ -58,7 +58,7 @@ def test_with_the_approval_check_off_a_grant_for_another_change_is_still_refused
     settings.ORDERS_UNSAFE_SKIP_APPROVAL_CHECK = True
     other = make_grant(
         operation_key="DATE-1-1",
-        change={"delivery_date": (FREE_DATE + timedelta(days=1)).isoformat()},
+        change=date_change(FREE_DATE + timedelta(days=1)),
     )
 
     response = api.apply(operation_body(grant=other))
