@@ -3,8 +3,9 @@
 ``operation_apply`` is the receiving contract's heart (KINDS-CONTRACT "POST
 /orders/{id}/operations"). It never names a change kind's field: the request's ``change`` is
 parsed by the handler of its ``kind`` (``orders.kinds``), and then, in the one transaction that
-would apply it and in this order, it locks the order row and checks the operation key (replay
-or ``key_reused``), the fencing token against the order's fence, the approval grant (the whole
+would apply it and in this order, it locks the order row and checks the operation key (a replay
+-- answered only once its grant verifies for this key, order and change, expiry aside -- or
+``key_reused``), the fencing token against the order's fence, the approval grant (the whole
 change), the expected order version, the account's access and that the order is open; then the
 kind's own check and its apply. Every refusal raises ``Refused`` and rolls the transaction back,
 so a refusal changes nothing -- not even the fence or a slot a kind's check took. A successful
@@ -30,7 +31,7 @@ from django.utils import timezone
 from orders import sql
 from orders.exceptions import Refused, invalid
 from orders.faults import search_lag_seconds
-from orders.grants import canonical, grant_verify
+from orders.grants import Grant, canonical, grant_verify
 from orders.kinds import ADDRESS_FIELDS, OPEN, address_errors, exact_date, kind_for, kinds
 from orders.models import Account, AppliedOperation, FaultRule, Order, OutboxEvent, Slot
 
@@ -239,6 +240,19 @@ def _key_reused(key: str) -> Refused:
     return Refused(422, "key_reused", f"Operation key {key} was already used for another body.")
 
 
+def _grant_check(request: OperationRequest, *, now: datetime | None) -> Grant:
+    """The request's grant, verified against this key, order and whole change (and its expiry
+    at ``now`` unless ``None``), or ``Refused`` ``approval_invalid`` / ``approval_expired``."""
+    return grant_verify(
+        request.approval_grant,
+        key=settings.APPROVAL_GRANT_KEY,
+        operation_key=request.operation_key,
+        order_id=request.order_id,
+        change=request.change,
+        now=now,
+    )
+
+
 def _operation_apply_locked(request: OperationRequest) -> Outcome:
     order = _lock_order(request.order_id)
     # The clock is read once the lock is held: a request that waited on the lock is judged
@@ -252,9 +266,13 @@ def _operation_apply_locked(request: OperationRequest) -> Outcome:
             cursor.execute(sql.APPLIED_SQL, [request.operation_key])
             existing = cursor.fetchone()
         if existing is not None:
-            body_hash, result, _approval_id = existing
+            body_hash, result = existing
             if body_hash != request.body_hash:
                 raise _key_reused(request.operation_key)
+            # A replay answers only to the authority that could have applied it: the grant
+            # must verify and name this key, order and change. Not its expiry: the operation
+            # was applied while the grant was valid, and a resend may come after.
+            _grant_check(request, now=None)
             first = sql.from_db(AppliedOperation, "result", result)
             return Outcome(200, {**first, "replayed": True})
 
@@ -265,15 +283,8 @@ def _operation_apply_locked(request: OperationRequest) -> Outcome:
             f"Fencing token {request.fencing_token} is below this order's fence "
             f"({order.fence_token}).",
         )
-    grant = grant_verify(
-        request.approval_grant,
-        key=settings.APPROVAL_GRANT_KEY,
-        operation_key=request.operation_key,
-        order_id=request.order_id,
-        change=request.change,
-        # Unsafe test mode: the grant's expiry is not judged (signature and change still are).
-        now=None if settings.ORDERS_UNSAFE_SKIP_APPROVAL_CHECK else now,
-    )
+    # Unsafe test mode: the grant's expiry is not judged (signature and change still are).
+    grant = _grant_check(request, now=None if settings.ORDERS_UNSAFE_SKIP_APPROVAL_CHECK else now)
     if not settings.ORDERS_UNSAFE_SKIP_VERSION_CHECK and request.expected_version != order.version:
         raise Refused(
             409,

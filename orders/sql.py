@@ -33,8 +33,7 @@ LOCK_SQL = (
 # locks (its IMMEDIATE transactions serialise every writer), so the clause is left out there.
 LOCK_CLAUSE = ' FOR UPDATE OF "orders_order"'
 APPLIED_SQL = (
-    'SELECT "body_hash", "result", "approval_id" FROM "orders_appliedoperation" '
-    'WHERE "operation_key" = %s'
+    'SELECT "body_hash", "result" FROM "orders_appliedoperation" WHERE "operation_key" = %s'
 )
 SLOT_TAKE_SQL = (
     'UPDATE "orders_slot" SET "taken" = ("orders_slot"."taken" + 1) '

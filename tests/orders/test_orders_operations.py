@@ -358,3 +358,40 @@ def test_crippled_idempotency_applies_a_repeated_key_again(api, settings):
     assert again.status_code == 201
     assert Order.objects.get(pk=ORDER_ID).version == 3
     assert not AppliedOperation.objects.exists()
+
+
+# --- a replay still checks the grant it came with (issue 25) ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "grant_kwargs"),
+    [
+        ("forged signature", {"key": "another-key"}),
+        ("another operation", {"operation_key": "DATE-1-2"}),
+        ("another order", {"order_id": "ORD-2"}),
+        ("another change", {"change": date_change(FULL_DATE)}),
+    ],
+)
+def test_a_replay_with_a_grant_that_does_not_verify_is_approval_invalid(api, name, grant_kwargs):
+    """Before: a replay answered ``replayed: true`` whatever grant it carried."""
+    assert api.apply(operation_body()).status_code == 201
+    before = snapshot()
+    grant = make_grant(**{"operation_key": "DATE-1-1", **grant_kwargs})
+
+    response = api.apply(operation_body(grant=grant, fencing_token=9))
+
+    assert response.status_code == 403, name
+    assert response.json()["error"] == "approval_invalid"
+    assert "replayed" not in response.json()
+    assert snapshot() == before
+
+
+def test_a_replay_with_its_expired_grant_still_answers_the_first_result(api):
+    """The operation was applied while the grant was valid: its expiry is not judged again."""
+    first = api.apply(operation_body())
+    expired = make_grant(operation_key="DATE-1-1", expires_at=datetime.now(UTC) - timedelta(1))
+
+    again = api.apply(operation_body(grant=expired, fencing_token=9))
+
+    assert again.status_code == 200
+    assert again.json() == {**first.json(), "replayed": True}
