@@ -7,7 +7,12 @@ class OrdersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.core import checks
+
+        from orders.checks import unsafe_switches_check
         from orders.kinds import kinds
+
+        checks.register(unsafe_switches_check)
 
         # A plug-in kind that cannot be imported, or one that names a kind twice, stops the
         # process at start-up rather than at its first request.

@@ -79,23 +79,25 @@ ORDERS_DISABLE_IDEMPOTENCY = env_bool("ORDERS_DISABLE_IDEMPOTENCY", False)
 # Unsafe receiver modes, for tests that prove Holdfast's own guards: with one of these on, the
 # receiver skips that check (approval: the grant's expiry -- its signature and exact change are
 # still checked; access: the account's current permission; version: the expected order version)
-# and still claims it in /capabilities. Off by default; refused in production.
+# and still claims it in /capabilities.
 ORDERS_UNSAFE_SKIP_APPROVAL_CHECK = env_bool("ORDERS_UNSAFE_SKIP_APPROVAL_CHECK", False)
 ORDERS_UNSAFE_SKIP_ACCESS_CHECK = env_bool("ORDERS_UNSAFE_SKIP_ACCESS_CHECK", False)
 ORDERS_UNSAFE_SKIP_VERSION_CHECK = env_bool("ORDERS_UNSAFE_SKIP_VERSION_CHECK", False)
-_UNSAFE_SKIPS = [
-    name
-    for name in (
-        "ORDERS_UNSAFE_SKIP_APPROVAL_CHECK",
-        "ORDERS_UNSAFE_SKIP_ACCESS_CHECK",
-        "ORDERS_UNSAFE_SKIP_VERSION_CHECK",
-    )
-    if globals()[name]
-]
-if PRODUCTION and _UNSAFE_SKIPS:
+# Every switch that makes this receiver break its contract: all off by default, refused in
+# production, and named by ``python -m orders check`` (orders.W001) wherever one is on.
+UNSAFE_SWITCHES = (
+    "ORDERS_DISABLE_FENCING",
+    "ORDERS_DISABLE_IDEMPOTENCY",
+    "ORDERS_UNSAFE_SKIP_APPROVAL_CHECK",
+    "ORDERS_UNSAFE_SKIP_ACCESS_CHECK",
+    "ORDERS_UNSAFE_SKIP_VERSION_CHECK",
+)
+_UNSAFE_ON = [name for name in UNSAFE_SWITCHES if globals()[name]]
+if PRODUCTION and _UNSAFE_ON:
     raise ImproperlyConfigured(
-        f"{', '.join(_UNSAFE_SKIPS)} must be off when DJANGO_ENV=production: a receiver that "
-        "skips its checks is for tests of Holdfast's own guards only."
+        f"{', '.join(_UNSAFE_ON)} must be off when DJANGO_ENV=production: a receiver that "
+        "skips its checks or lies about its capabilities is for tests of Holdfast's own "
+        "guards only."
     )
 
 # Change kinds (orders.kinds): the built-in kinds this receiver accepts, and plug-in handler
