@@ -42,7 +42,7 @@ def _secret(name: str, dev_default: str) -> str:
 SECRET_KEY = _secret("SECRET_KEY", "dev-insecure-orders-secret-key")
 # Shared with Holdfast: it signs approval grants, this system verifies them.
 APPROVAL_GRANT_KEY = _secret("APPROVAL_GRANT_KEY", "dev-approval-grant-key")
-# Signs outgoing webhooks (X-Orders-Signature: sha256=<hex>).
+# Signs outgoing webhooks with a timestamp (X-Orders-Signature: t=<seconds>,sha256=<hex>).
 ORDER_WEBHOOK_SECRET = _secret("ORDER_WEBHOOK_SECRET", "dev-webhook-secret")
 # The bearer credential Holdfast sends on every call (Holdfast's ORDER_SYSTEM_TOKEN). Every
 # endpoint except /healthz answers 401 without it.

@@ -27,6 +27,7 @@ if not settings.PRODUCTION:
         path("_testing/orders/<str:order_id>", views.testing_order),
         path("_testing/orders/<str:order_id>/state", views.testing_state),
         path("_testing/outbox", views.testing_outbox),
+        path("_testing/outbox/<str:event_id>/resend", views.testing_resend),
     ]
 
 urlpatterns += [

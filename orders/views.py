@@ -10,8 +10,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
-from orders import faults, services
+from orders import faults, outbox, services
 from orders.exceptions import Refused, invalid
+from orders.models import OutboxEvent
 
 
 def _json_body(request: HttpRequest) -> object:
@@ -179,6 +180,17 @@ def testing_state(request: HttpRequest, order_id: str) -> HttpResponse:
 @api("GET")
 def testing_outbox(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"events": [event.as_json() for event in services.outbox_events()]})
+
+
+@gated
+@api("POST")
+def testing_resend(request: HttpRequest, event_id: str) -> HttpResponse:
+    """Resend one event by hand (as ``orders_resend_event``): signed anew, same id and body."""
+    try:
+        error = outbox.event_resend(event_id=event_id)
+    except OutboxEvent.DoesNotExist:
+        raise Refused(404, "unknown_event", f"No outbox event {event_id}.") from None
+    return JsonResponse({"event_id": event_id, "accepted": error is None, "error": error})
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

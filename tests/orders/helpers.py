@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import threading
+import time
 from datetime import UTC, date, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -12,6 +12,7 @@ from django.conf import settings as django_settings
 
 from orders.grants import grant_issue
 from orders.models import Account, AppliedOperation, Order, OutboxEvent, Slot
+from tests.support.order_system import WEBHOOK_SIGNATURE_HEADER, webhook_headers
 
 ORDER_ID = "ORD-1"
 ACCOUNT_ID = "ACC-1"
@@ -172,12 +173,14 @@ class Receiver:
     def __init__(self, fail_first: int = 1) -> None:
         self.fail_first = fail_first
         self.received: list[tuple[dict[str, str], bytes]] = []
+        self.received_at: list[float] = []  # time.time() of each delivery
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 receiver.received.append((dict(self.headers), body))
+                receiver.received_at.append(time.time())
                 failing = len(receiver.received) <= receiver.fail_first
                 self.send_response(500 if failing else 202)
                 self.send_header("Content-Length", "0")
@@ -199,5 +202,14 @@ class Receiver:
         self.server.server_close()
 
 
-def signature_of(body: bytes, secret: str) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+def signature_of(body: bytes, secret: str, timestamp: str) -> str:
+    """``X-Orders-Signature`` for ``body`` signed at ``timestamp`` (unix seconds, as text)."""
+    return webhook_headers(body, secret=secret, at=int(timestamp))[WEBHOOK_SIGNATURE_HEADER]
+
+
+def assert_signed_at_delivery(headers: dict[str, str], body: bytes, secret: str, at: float):
+    """The delivery carries ``X-Orders-Timestamp``, its signature covers that timestamp and the
+    raw body, and the timestamp is the moment it was sent (``at``, the receiver's clock)."""
+    timestamp = headers["X-Orders-Timestamp"]
+    assert hmac.compare_digest(headers["X-Orders-Signature"], signature_of(body, secret, timestamp))
+    assert abs(int(timestamp) - at) <= 2

@@ -25,6 +25,8 @@ default); ``client`` and every helper here send it, raw calls add ``auth_headers
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import itertools
 import os
 import re
@@ -41,6 +43,9 @@ import httpx
 import pytest
 
 __all__ = [
+    "WEBHOOK_SIGNATURE_HEADER",
+    "WEBHOOK_TIMESTAMP_HEADER",
+    "webhook_headers",
     "DEFAULT_API_TOKEN",
     "DEFAULT_GRANT_KEY",
     "DEFAULT_WEBHOOK_SECRET",
@@ -70,6 +75,25 @@ SEED_ADDRESS = {
     "country": "GB",
 }
 _KEEP: Any = object()
+WEBHOOK_SIGNATURE_HEADER = "X-Orders-Signature"
+WEBHOOK_TIMESTAMP_HEADER = "X-Orders-Timestamp"
+
+
+def webhook_headers(
+    body: bytes, *, secret: str = DEFAULT_WEBHOOK_SECRET, at: int | None = None
+) -> dict[str, str]:
+    """The headers the order system signs a webhook delivery with (``orders/outbox.py``):
+    ``X-Orders-Timestamp: <at>`` and ``X-Orders-Signature: t=<at>,sha256=<hex HMAC-SHA256(secret,
+    "<at>." + body)>``, signed at ``at`` (unix seconds; default now)."""
+    timestamp = int(time.time()) if at is None else at
+    signed = f"{timestamp}.".encode("ascii") + body
+    digest = hmac.new(secret.encode("utf-8"), signed, hashlib.sha256).hexdigest()
+    return {
+        WEBHOOK_TIMESTAMP_HEADER: str(timestamp),
+        WEBHOOK_SIGNATURE_HEADER: f"t={timestamp},sha256={digest}",
+    }
+
+
 _READY = re.compile(r"Order system: (http://[^\s/]+)/")
 _counter = itertools.count(1)
 
@@ -309,6 +333,11 @@ class OrderSystemProcess:
 
     def outbox(self) -> list[dict]:
         return self._call("GET", "/_testing/outbox")["events"]
+
+    def resend_event(self, event_id: str) -> dict:
+        """Resend one outbox event by hand, as ``orders_resend_event`` does (same id and body,
+        signed anew): ``{event_id, accepted, error}``."""
+        return self._call("POST", f"/_testing/outbox/{event_id}/resend")
 
     def set_access(self, account_id: str, active: bool) -> dict:
         path = f"/_testing/accounts/{account_id}/access"
