@@ -267,6 +267,9 @@ ORDER_SYSTEM_SANDBOX_ORDERS = env_list("ORDER_SYSTEM_SANDBOX_ORDERS", ["ORD-PROB
 APPROVAL_GRANT_KEY = _secret("APPROVAL_GRANT_KEY", "dev-approval-grant-key")
 # Shared with the order system: it signs the webhooks Holdfast receives.
 ORDER_WEBHOOK_SECRET = _secret("ORDER_WEBHOOK_SECRET", "dev-webhook-secret")
+# A webhook's signed timestamp may be this far from Holdfast's clock, either way (seconds):
+# an older delivery is a replay, refused 401 (the order system signs every attempt anew).
+ORDER_WEBHOOK_TOLERANCE_SECONDS = env_int("ORDER_WEBHOOK_TOLERANCE_SECONDS", 300, minimum=1)
 # Shared with the order system: the bearer credential on every call Holdfast makes to it (the
 # order system reads the same value as ORDERS_API_TOKEN).
 ORDER_SYSTEM_TOKEN = _secret("ORDER_SYSTEM_TOKEN", "dev-order-system-token")
