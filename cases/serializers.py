@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_serializer
+from drf_spectacular.utils import (
+    PolymorphicProxySerializer,
+    extend_schema_field,
+    extend_schema_serializer,
+)
 from rest_framework import serializers
 
 from cases import kinds, validation
@@ -77,6 +82,15 @@ def _lazy(build: Callable[[], Any]) -> Any:
     return build
 
 
+def _kind_field(kind: kinds.ChangeKind, **kwargs) -> serializers.Field:
+    """``kind`` naming this one kind in an answer's schema (the discriminator's value), as a
+    pattern: the request's one-value enum is the kind's named enum, and an enum in a second
+    component would give it a second name."""
+    field_class = type(f"{_camel(kind.code)}KindField", (serializers.CharField,), {})
+    schema = {"type": "string", "pattern": f"^{re.escape(kind.code)}$", "description": kind.label}
+    return extend_schema_field(schema)(field_class)(**kwargs)
+
+
 def _camel(code: str) -> str:
     return "".join(part.title() for part in code.split("_"))
 
@@ -88,9 +102,9 @@ def intake_serializer_for(kind: kinds.ChangeKind) -> type[serializers.Serializer
         f"{_camel(kind.code)}CaseIntakeSerializer",
         (CaseIntakeBaseSerializer,),
         {
-            "__doc__": f"An intake asking for a {kind.label.lower()} change.",
-            "kind": serializers.ChoiceField(choices=[kind.code]),
-            "change": kind.serializer(help_text=f"The {kind.label.lower()} change."),
+            "__doc__": f"An intake of the {kind.code} kind ({kind.label}).",
+            "kind": serializers.ChoiceField(choices=[(kind.code, kind.label)]),
+            "change": kind.serializer(help_text=f"The change ({kind.label})."),
         },
     )
 
@@ -103,8 +117,8 @@ def legacy_intake_serializer_for(kind: kinds.ChangeKind) -> type[serializers.Ser
         f"{_camel(kind.code)}LegacyCaseIntakeSerializer",
         (CaseIntakeBaseSerializer,),
         {
-            "__doc__": f"Deprecated: the older intake body of a {kind.label.lower()} change. "
-            "Send kind and change instead.",
+            "__doc__": f"Deprecated: the older intake body of the {kind.code} kind. Send kind "
+            "and change instead.",
             kind.legacy_intake: kind.legacy_intake_field(),
         },
     )
@@ -115,14 +129,14 @@ def intake_request_schema() -> PolymorphicProxySerializer:
     """``POST /api/cases/``'s body in the schema: one shape per kind, told apart by ``kind``,
     or a deprecated older body."""
     by_kind = PolymorphicProxySerializer(
-        component_name="CaseIntake",
+        component_name="CaseIntakeByKind",
         serializers=_lazy(
             lambda: {kind.code: intake_serializer_for(kind) for kind in kinds.kinds()}
         ),
         resource_type_field_name="kind",
     )
     return PolymorphicProxySerializer(
-        component_name="CaseIntakeRequest",
+        component_name="CaseIntake",
         serializers=_lazy(
             lambda: [
                 by_kind,
@@ -319,8 +333,8 @@ def case_detail_serializer_for(kind: kinds.ChangeKind) -> type[serializers.Seria
         f"{_camel(kind.code)}CaseSerializer",
         (CaseDetailSerializer,),
         {
-            "__doc__": f"A case asking for a {kind.label.lower()} change.",
-            "kind": serializers.ChoiceField(choices=[kind.code]),
+            "__doc__": f"A case of the {kind.code} kind ({kind.label}).",
+            "kind": _kind_field(kind, read_only=True),
             "change": kind.serializer(read_only=True),
         },
     )

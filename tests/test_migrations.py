@@ -12,9 +12,9 @@ from __future__ import annotations
 import io
 import json
 import os
-from importlib import import_module
 import subprocess
 import sys
+from importlib import import_module
 from pathlib import Path
 from urllib.parse import quote
 
@@ -246,4 +246,4 @@ def test_the_one_open_case_and_live_operation_constraints_are_built_concurrently
         call_command("sqlmigrate", app, name, stdout=out)
         sql = out.getvalue()
         assert "CREATE UNIQUE INDEX CONCURRENTLY" in sql, sql
-        assert "CREATE UNIQUE INDEX \"" not in sql, sql
+        assert 'CREATE UNIQUE INDEX "' not in sql, sql

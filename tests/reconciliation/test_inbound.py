@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from approvals.models import Approval, Operation, Proposal
 from approvals.services import live_approval, proposal_approve, proposal_prepare
+from cases import kinds
 from cases.kernel import SYSTEM, apply_transition, lock_case
 from cases.models import Case, CaseEvent, EvidenceReference, Status
 from reconciliation import inbound
@@ -30,6 +31,7 @@ from reconciliation.client import OrderSystemClient
 from reconciliation.models import InboundEvent
 from reconciliation.sources import source_check
 from reconciliation.tasks_inbound import process_event, retry_failed_events
+from tests.support.fixtures import date_change
 from tests.support.order_system import (
     DEFAULT_GRANT_KEY,
     DEFAULT_WEBHOOK_SECRET,
@@ -424,7 +426,8 @@ def test_own_confirmed_change_coming_back_is_recorded_only(deliver, make_case):
         key=f"DATE-{case.number}-1",
         sequence=1,
         order_id=ORDER,
-        delivery_date=case.requested_date,
+        change=case.change,
+        change_hash=kinds.change_hash(case.change),
         confirmed_at=timezone.now(),
         result_order_version=4,
     )
@@ -632,7 +635,7 @@ def test_real_order_system_delivers_a_signed_event_that_is_stored_and_processed(
         grant = grant_issue(
             operation_key="EXT-1",
             order_id=ORDER,
-            delivery_date=new_date,
+            change=date_change(new_date),
             approval_id="AP-elsewhere",
             expires_at=timezone.now() + dt.timedelta(hours=1),
         )
@@ -640,7 +643,7 @@ def test_real_order_system_delivers_a_signed_event_that_is_stored_and_processed(
             result = client.apply_operation(
                 ORDER,
                 operation_key="EXT-1",
-                delivery_date=new_date,
+                change=date_change(new_date),
                 expected_version=1,
                 fencing_token=1,
                 approval_grant=grant,

@@ -207,7 +207,11 @@ def live_orders(order_system, settings, account):
     order_system.seed(
         accounts=[{"account_id": account.reference, "name": account.name, "access_active": True}],
         orders=[
-            {"order_id": order, "account_id": account.reference, "delivery_date": str(days_ahead(3))}
+            {
+                "order_id": order,
+                "account_id": account.reference,
+                "delivery_date": str(days_ahead(3)),
+            }
             for order in DEFAULT_ORDERS
         ],
         slots=[{"date": str(days_ahead(d)), "capacity": 5} for d in range(1, 29)],
