@@ -10,6 +10,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 from cases import selectors, services
+from cases.admin import intake
 from cases.admin.extend import EXTENSIONS
 from cases.admin.filters import PrintableBooleanFilter
 from cases.admin.forms import CustomerAccountForm
@@ -65,6 +66,19 @@ class CustomerAccountAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.Mod
         except CaseError as exc:
             self.message_user(request, f"Nothing was changed: {exc.detail}", messages.ERROR)
             return HttpResponseRedirect(request.path)
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: CustomerAccount | None = None,
+    ) -> HttpResponse:
+        if obj is not None and intake.may_open(request):
+            context["intake_url"] = intake.intake_url(account=obj)
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [

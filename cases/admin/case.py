@@ -22,7 +22,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from cases import kinds, selectors, services
-from cases.admin import views
+from cases.admin import intake, views
 from cases.admin.extend import EXTENSIONS
 from cases.admin.filters import (
     ActionFilter,
@@ -155,7 +155,16 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         return selectors.cases_for(request.user)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # cases come from intake (API or integration), never a blank form
+        """Whoever may open cases (agents, leads) gets "Add", which leads to the intake page:
+        a case comes from intake (the page, the API or an integration), never a blank form."""
+        return intake.may_open(request)
+
+    def add_view(
+        self, request: HttpRequest, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        return HttpResponseRedirect(reverse("admin:cases_case_intake"))
 
     def has_delete_permission(self, request: HttpRequest, obj: Case | None = None) -> bool:
         # "Delete" is an authority revocation: the row stays (audit, retention) and the
@@ -312,6 +321,11 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
     def get_urls(self) -> list[URLPattern]:
         action = self.admin_site.admin_view(self.action_view)
         custom = [
+            path(
+                "intake/",
+                self.admin_site.admin_view(self.intake_view),
+                name="cases_case_intake",
+            ),
             path("<int:pk>/transition/<str:name>/", action, name="cases_case_transition"),
             path("<int:pk>/do/<str:name>/", action, name="cases_case_action"),
             *(
@@ -325,6 +339,9 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
             ),
         ]
         return custom + super().get_urls()
+
+    def intake_view(self, request: HttpRequest) -> HttpResponse:
+        return intake.intake_view(self, request)
 
     def action_view(self, request: HttpRequest, pk: int, name: str) -> HttpResponse:
         return views.action_view(self, request, pk, name)

@@ -109,7 +109,8 @@ class ShippingAddressForm(forms.Form):
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         if not self.errors:
-            for field, messages in address_errors(cleaned, prefix="").items():
+            address = {part: cleaned.get(part, "") for part in PARTS}
+            for field, messages in address_errors(address, prefix="").items():
                 self.add_error(field, messages)
         return cleaned
 
@@ -224,7 +225,8 @@ class ShippingAddress(ChangeKind):
         }
 
     def from_form(self, cleaned_data: Mapping[str, Any]) -> dict[str, Any]:
-        return {"kind": self.code, "address": canonical_address(cleaned_data)}
+        address = {part: cleaned_data.get(part, "") for part in PARTS}
+        return {"kind": self.code, "address": canonical_address(address)}
 
     def form_initial(self, change: Mapping[str, Any] | None) -> dict[str, Any]:
         address = (change or {}).get("address")
