@@ -23,7 +23,9 @@ class Operation(models.Model):
 
     case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="operations")
     key = models.CharField(max_length=40, unique=True)
-    sequence = models.PositiveIntegerField(help_text="1 for DATE-41-1, 2 for DATE-41-2 …")
+    sequence = models.PositiveIntegerField(
+        help_text="1 for {key prefix}-41-1, 2 for {key prefix}-41-2 …"
+    )
     order_id = models.CharField(max_length=60)
     change = models.JSONField(default=dict, help_text="The exact change, as sent and signed.")
     change_hash = models.CharField(

@@ -147,7 +147,7 @@ def proposals_withdraw_open(case: Case, reason: str) -> list[str]:
 
 def _operation_for(case: Case, order_id: str, change: dict) -> Operation:
     """The operation for this exact intended change (the whole change): the existing live one,
-    or the next key, named by the change's kind (``DATE-41-2``, ``ADDR-41-1``)."""
+    or the next key, named by the change's kind (``{key prefix}-{case number}-{sequence}``)."""
     change_hash = kinds.change_hash(change)
     existing = Operation.objects.filter(
         case=case, order_id=order_id, change_hash=change_hash, retired_at__isnull=True

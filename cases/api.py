@@ -130,8 +130,8 @@ class CaseViewSet(
         "order. The same account and request_key again returns the same case with 200 and "
         "creates nothing (a person re-sending another person's request becomes one of its "
         "authors, who may not approve it). An open case for the same order and kind: 409 "
-        "open_case_exists with its reference. The older body with requested_date instead of "
-        "kind and change still works as the delivery_date kind (deprecated).",
+        "open_case_exists with its reference. An older body from before change kinds (its "
+        "shape is in the schema, deprecated) still works as its kind.",
     )
     def create(self, request, *args, **kwargs):
         context = {"accounts": selectors.accounts_for(request.user)}

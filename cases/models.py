@@ -191,7 +191,7 @@ class Case(FSMModelMixin, models.Model):
     )
     order_id = models.CharField(max_length=60)  # indexed by ``case_order_idx`` (Meta)
     kind = models.CharField(
-        max_length=40, help_text="The change kind asked for (``cases.kinds``), e.g. delivery_date."
+        max_length=40, help_text="The code of the change kind asked for (``cases.kinds``)."
     )
     change = models.JSONField(
         default=dict,

@@ -15,7 +15,7 @@ from reconciliation.selectors import kinds_autonomy
 
 
 class ChangeKindSerializer(serializers.Serializer):
-    code = serializers.CharField(help_text="The change's kind, e.g. delivery_date.")
+    code = serializers.CharField(help_text="The change's kind: its ``kind``.")
     # The response member ``label``: DRF's metaclass takes declared fields out of the class, so
     # this never replaces ``Field.label`` (the stubs see only the class attribute).
     label = serializers.CharField()  # type: ignore[assignment]

@@ -19,7 +19,7 @@ round trip.
 Before claiming, the records are compared with the order system when nobody did so recently
 (``reconciliation.restored``): a restored database is recovered before any claim.
 
-Notifications carry a key per operation and step (``DATE-41-1:notify``, also the message's
+Notifications carry a key per operation and step (``<operation key>:notify``, also the message's
 ``Message-ID``), recorded before sending. When the records show the notification may already
 have gone (a send was recorded without its confirmation, or the change was applied after the
 backup these records came from), it is not sent again: the case shows that it may have gone,
@@ -642,7 +642,7 @@ def ending_for(exc: OrderSystemError) -> Ending:
         case ApprovalRefused(error="approval_expired"):
             return EndedApprovalExpired(text)
         case _:
-            # Definite refusals that need a person: invalid input, a full slot, a grant the
+            # Definite refusals that need a person: invalid input, a kind's conflict, a grant the
             # receiver does not accept, revoked permission, a reused key, an unknown order, a
             # credential the order system refuses. Repeating them changes nothing.
             return EndedNeedsAttention(text, refusal=exc.error)

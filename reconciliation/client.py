@@ -154,8 +154,8 @@ ORDER_STATUSES = ("open", "shipped", "cancelled")
 @dataclass(frozen=True, slots=True)
 class Order:
     """An order as the order system shows it: the generic fields, and every other field it
-    sent (``delivery_date``, ``shipping_address``, a plug-in kind's own) in ``fields``, read by
-    the change kinds (``cases.kinds``)."""
+    sent (each change kind's own, built-in or plug-in) in ``fields``, read by the change kinds
+    (``cases.kinds``)."""
 
     order_id: str
     account_id: str

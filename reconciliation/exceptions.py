@@ -73,8 +73,8 @@ class Conflict(OrderSystemError):
         self.kind = kind
 
 
-# The receiving contract's own conflicts; a change kind adds its own (``cases.kinds``: the
-# delivery date's ``slot_unavailable``, every kind's ``order_not_open``).
+# The receiving contract's own conflicts; a change kind adds its own (``cases.kinds``: a kind's
+# ``refusals``, and every kind's ``order_not_open``).
 CONFLICT_KINDS = frozenset({"version_conflict", "stale_fencing_token"})
 
 

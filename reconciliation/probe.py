@@ -1,12 +1,15 @@
 """The capability probe: verify by live requests what a connected order system really refuses.
 
 ``order_system_probe`` runs against a sandbox order the operator names. It makes one real change
-to that order (a move to a date with a free slot), then sends requests that a safe receiver must
-refuse: a replay, a reused key with another change, an older fencing token after a fence, a stale
-expected version, an expired, a tampered and a mismatched approval grant; and it looks the applied
-operation up by key. Each capability is recorded as verified only when the receiver answered
-exactly as the contract says; anything else (another answer, a timeout, a network error, a claim
-in ``/capabilities`` without the behaviour) is "not verified", with the evidence.
+to that order (of the first reversible kind the order system lists), then sends requests that a
+safe receiver must refuse: a replay, a reused key with another change, an older fencing token
+after a fence, a stale expected version, an expired, a tampered and a mismatched approval grant;
+and it looks the applied operation up by key. Then it proves each kind it lists on its own (a
+reversible kind by a real change, its replay, its lookup and a change back; an irreversible one
+by refusals only, never applied), which decides each kind's autonomy. Each capability is
+recorded as verified only when the receiver answered exactly as the contract says; anything else
+(another answer, a timeout, a network error, a claim in ``/capabilities`` without the behaviour)
+is "not verified", with the evidence.
 
 All HTTP happens before the single database write at the end (the profile row); fencing tokens
 come from Holdfast's global sequence, so probe tokens never undercut a real attempt's.

@@ -61,6 +61,13 @@ class Migration(migrations.Migration):
             field=models.DateField(help_text="The exact new delivery date.", null=True),
         ),
         migrations.AlterField(
+            model_name="operation",
+            name="sequence",
+            field=models.PositiveIntegerField(
+                help_text="1 for {key prefix}-41-1, 2 for {key prefix}-41-2 …"
+            ),
+        ),
+        migrations.AlterField(
             model_name="proposalauthor",
             name="role",
             field=models.CharField(

@@ -73,7 +73,7 @@ class RequestFields(forms.Form):
 
 def request_form(kind: kinds.ChangeKind, data: Any = None) -> forms.Form:
     """The kind's own form with the request's fields; a fresh request key when unbound."""
-    form_class = type(f"Open{type(kind).__name__}Form", (kind.form, RequestFields), {})
+    form_class = type(f"Open{type(kind).__name__}Form", (RequestFields, kind.form), {})
     return form_class(data, prefix=PREFIX, initial={"request_key": f"admin-{uuid.uuid4()}"})
 
 

@@ -30,8 +30,6 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 if TYPE_CHECKING:
-    import datetime as dt
-
     from django import forms
     from rest_framework import serializers
 
@@ -39,7 +37,7 @@ if TYPE_CHECKING:
 class ErrorClass(enum.StrEnum):
     """What a receiver's refusal of a change means for the case (``refusals``)."""
 
-    # The order's state disagrees with the change (a full slot, an order already shipped):
+    # The order's state disagrees with the change (no room for it, an order already shipped):
     # nothing was applied, repeating it changes nothing, a person looks.
     CONFLICT = "conflict"
     # The change itself is refused (a country the order system does not ship to, a kind it
@@ -79,23 +77,11 @@ class OrderView(Protocol):
     def fields(self) -> Mapping[str, Any]: ...
 
 
-class SlotView(Protocol):
-    @property
-    def capacity(self) -> int: ...
-
-    @property
-    def taken(self) -> int: ...
-
-    @property
-    def free(self) -> int: ...
-
-
 class OrderReader(Protocol):
-    """The reads a kind may make of the order system (``reconciliation.client``'s client),
-    outside any transaction: a kind's advice and its probe changes. Raises the client's
-    errors, which the kind does not catch beyond what it says it catches."""
-
-    def get_slot(self, date: dt.date) -> SlotView: ...
+    """The order system's client (``reconciliation.client``) as a kind sees it, outside any
+    transaction: a kind's advice and its probe changes. A kind that reads more of the contract
+    (a delivery date kind's ``GET /slots``) states that in its own module. The client's errors
+    are the caller's to handle."""
 
     def capabilities(self) -> dict[str, Any]: ...
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol, cast
 
 from django import forms
 from django.conf import settings
@@ -21,6 +21,23 @@ from cases.kinds import ChangeKind, ErrorClass, OrderReader, OrderView, unknown_
 FIELD = "delivery_date"
 # How far ahead the probe looks for a date with room.
 PROBE_SEARCH_DAYS = 14
+
+
+class Slot(Protocol):
+    @property
+    def capacity(self) -> int: ...
+
+    @property
+    def taken(self) -> int: ...
+
+    @property
+    def free(self) -> int: ...
+
+
+class SlotReader(Protocol):
+    """The order system's client reads a date's delivery slot (CONTRACT §1 ``GET /slots``)."""
+
+    def get_slot(self, date: dt.date) -> Slot: ...
 
 
 def delivery_horizon(today: dt.date | None = None) -> tuple[dt.date, dt.date]:
@@ -126,7 +143,7 @@ class DeliveryDate(ChangeKind):
     def advisory(self, client: OrderReader, order: OrderView, change: Mapping[str, Any]) -> str:
         date = _date(change[FIELD])
         assert date is not None  # noqa: S101 - a stored change is canonical
-        slot = client.get_slot(date)
+        slot = cast(SlotReader, client).get_slot(date)
         notes = [f"Slot {date:%Y-%m-%d}: {slot.taken} of {slot.capacity} taken"]
         if general := super().advisory(client, order, change):
             notes.append(general)
@@ -144,7 +161,7 @@ class DeliveryDate(ChangeKind):
         found: list[dt.date] = []
         for offset in range(1, PROBE_SEARCH_DAYS + 1):
             date = today + dt.timedelta(days=offset)
-            if date != current and client.get_slot(date).free > 0:
+            if date != current and cast(SlotReader, client).get_slot(date).free > 0:
                 found.append(date)
                 if len(found) == 2:
                     break

@@ -1,11 +1,11 @@
 """The order cancellation kind: cancel an open order. It cannot be undone.
 
 ``{"kind": "order_cancellation", "reason_code": "customer_request" | "duplicate" |
-"fraud_suspected" | "other"}``. The receiver refuses an order that is not open
-(``409 order_not_open``); applied, the order's status becomes ``cancelled`` and its delivery
-slot is freed. Irreversible: no reversal exists, and the proposal page, the approval and the
-customer's mail say so before anyone approves. The capability probe never applies one: it is
-verified by refusals only (a stale token, an expired grant, a stale version).
+"fraud_suspected" | "other"}``. The receiver refuses an order that is not open (``409
+order_not_open``); applied, the order's status becomes ``cancelled`` (and the order system frees
+what its delivery held). Irreversible: no reversal exists, and the proposal page, the approval
+and the customer's mail say so before anyone approves. The capability probe never applies one:
+it is verified by refusals only (a stale token, an expired grant, a stale version).
 """
 
 from __future__ import annotations

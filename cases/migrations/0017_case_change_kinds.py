@@ -64,7 +64,7 @@ class Migration(migrations.Migration):
             name="kind",
             field=models.CharField(
                 default="delivery_date",
-                help_text="The change kind asked for (``cases.kinds``), e.g. delivery_date.",
+                help_text="The code of the change kind asked for (``cases.kinds``).",
                 max_length=40,
             ),
             preserve_default=False,
