@@ -272,7 +272,7 @@ class PrepareFields(forms.Form):
     reason = forms.CharField(
         required=False,
         max_length=300,
-        help_text="Why (e.g. the customer confirmed another date by phone).",
+        help_text="Why (e.g. the customer confirmed another change by phone).",
     )
 
 
@@ -287,7 +287,7 @@ def prepare_form(case: Case, data: Any = None) -> forms.Form:
 def prepare_view(
     model_admin: admin.ModelAdmin[Case], request: HttpRequest, case: Case
 ) -> HttpResponse:
-    """A person prepares the proposal by hand, e.g. with a date the customer confirmed."""
+    """A person prepares the proposal by hand, e.g. with a change the customer confirmed."""
     back = change_url(case)
     form = prepare_form(case, request.POST or None)
     if request.method != "POST" or not form.is_valid():

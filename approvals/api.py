@@ -112,7 +112,7 @@ class CaseWithProposalsViewSet(CaseViewSet):
     @extend_schema(
         request=PrepareProposalSerializer,
         responses={201: case_response_schema(), **error_responses(400, 403, 404, 409, 415)},
-        description="Prepare and submit a proposal by hand (e.g. a date the customer "
+        description="Prepare and submit a proposal by hand (e.g. a change the customer "
         "confirmed): the whole change, of the case's kind. A different change supersedes the "
         "current proposal and approval.",
     )

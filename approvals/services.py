@@ -304,12 +304,12 @@ def proposal_prepare(
             case=case,
             action=Action.PROPOSAL_PREPARED,
             actor=actor,
-            reason=f"Proposal for {case.order_id}: {proposal.description} "
+            reason=f"Proposal for {case.order_id}: {kinds.audit_words(change)} "
             f"(order version {case.last_checked_order_version})",
             detail={
                 "proposal_id": proposal.pk,
                 "content_hash": proposal.content_hash,
-                "change": change,
+                "change": kinds.audit_detail(change),
                 "advisory": advisory_note,
                 # Four eyes: none of these people may approve it.
                 "authors": [{"user_id": a.user_id, "role": a.role} for a in authors],
@@ -355,7 +355,7 @@ def _submit(case: Case, proposal: Proposal, actor: Actor) -> None:
 def proposal_prepare_by_hand(
     *, case: Case, actor: Actor, change: dict, reason: str, expected_version: int
 ) -> Proposal:
-    """A person prepares the proposal themselves, e.g. with a date the customer confirmed.
+    """A person prepares the proposal themselves, e.g. with a change the customer confirmed.
 
     ``change`` is the whole change, of the case's kind. A change other than the one requested
     supersedes the current proposal and approval first; the person who prepares it can never be
@@ -443,8 +443,8 @@ def case_change_intent(
                 actor=actor,
                 reason=reason,
                 detail={
-                    "from_change": previous,
-                    "to_change": change,
+                    "from_change": kinds.audit_detail(previous),
+                    "to_change": kinds.audit_detail(change),
                     "superseded_proposal": proposal.pk if proposal else None,
                     "revoked_approvals": revoked,
                 },
@@ -457,7 +457,10 @@ def case_change_intent(
                 action=Action.CASE_INTENT_CHANGED,
                 actor=actor,
                 reason=reason,
-                detail={"from_change": previous, "to_change": change},
+                detail={
+                    "from_change": kinds.audit_detail(previous),
+                    "to_change": kinds.audit_detail(change),
+                },
             )
         if proposal is not None and proposal.status in Proposal.OPEN:
             # The proposal already carries the new change and stays open: whoever changed the
@@ -715,6 +718,18 @@ def approval_note_expired_during_hold(*, case: Case, now: dt.datetime | None = N
             },
         )
     return True
+
+
+def proposals_purge_changes(case: Case) -> int:
+    """After the case's retention, its proposals and operations lose a personal change as the
+    case does (``cases.kinds.purged``), keeping its kind; the case locked by the caller (its
+    purge). Returns how many rows changed."""
+    changed = 0
+    for model in (Proposal, Operation):
+        for pk, change in model.objects.filter(case=case).values_list("pk", "change"):
+            if (kept := kinds.purged(change)) != change:
+                changed += model.objects.filter(pk=pk).update(change=kept)
+    return changed
 
 
 def proposal_invalidate_for_source_change(

@@ -257,7 +257,11 @@ def case_open(
                 actor=actor,
                 reason="Customer request received",
                 to_status=case.status,
-                detail={"request_key": request_key, "order_id": order_id, "change": change},
+                detail={
+                    "request_key": request_key,
+                    "order_id": order_id,
+                    "change": kinds.audit_detail(change),
+                },
             )
             if can_proceed(case.request_source_check):
                 apply_transition(

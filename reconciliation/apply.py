@@ -361,7 +361,7 @@ def _look_before_write(
     if not intended:
         ended = EndedLookupMismatch(
             f"{operation.key} exists at the order system with another change "
-            f"({record.order_id}: {kinds.describe(record.change)}, {record.status}); "
+            f"({record.order_id}: {kinds.audit_words(record.change)}, {record.status}); "
             "a person must look"
         )
         return _finish(attempt, worker, ended), None
@@ -750,8 +750,7 @@ def _notify(attempt: Attempt, worker: Worker, plan: Notify | None) -> str:
     if plan is Notify.SEND:
         try:
             EmailMessage(
-                subject=f"Your order {operation.order_id}: {operation.kind.label.lower()} "
-                "changed as you asked",
+                subject=f"Your request {case.reference} for order {operation.order_id} is done",
                 body=(
                     f"Hello {case.account.name},\n\nAs you asked ({case.reference}), for "
                     f"order {operation.order_id}: {operation.description}. This is done.\n"

@@ -119,7 +119,7 @@ def investigate(case: Case, operation: Operation, client: OrderSystemClient) -> 
     if not found_as_intended(operation, record):
         return Unknown(
             f"{operation.key} exists with another change "
-            f"({record.order_id}: {kinds.describe(record.change)}); a person must look",
+            f"({record.order_id}: {kinds.audit_words(record.change)}); a person must look",
             record,
             token,
         )
@@ -464,7 +464,7 @@ def case_settle_manually(
             if lookup is not None and not found_as_intended(operation, lookup):
                 raise SettlementContradicted(
                     f"The order system holds {operation.key} with another change "
-                    f"({lookup.order_id}: {kinds.describe(lookup.change)})."
+                    f"({lookup.order_id}: {kinds.audit_words(lookup.change)})."
                 )
     finally:
         if own_client:
@@ -549,7 +549,7 @@ def case_propose_reversal(*, case: Case, actor: Actor, expected_version: int) ->
             "reopen_for_reversal",
             actor=actor,
             reason="Cancellation arrived after the change: propose putting it back, "
-            f"{kinds.describe(back)}",
+            f"{kinds.audit_words(back)}",
             closed_at=None,
             retention_until=None,
         )

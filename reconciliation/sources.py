@@ -82,7 +82,8 @@ def source_check(*, case_id: int, client: OrderSystemClient | None = None) -> st
                 actor=actor,
                 reason=f"Read order {order.order_id} at version {order.version}"
                 + ("" if order.status == "open" else f": the order is {order.status}"),
-                detail={"order_version": order.version, "status": order.status, "seen": seen},
+                # What was seen is in the evidence (purged with the payload), not the audit.
+                detail={"order_version": order.version, "status": order.status},
                 # Due now: the enqueue below is a fast path; the dispatcher's lease on this
                 # due time re-drives the preparation if its task or worker is lost.
                 next_check_at=timezone.now(),

@@ -100,6 +100,10 @@ class ChangeKind:
     label: ClassVar[str]
     key_prefix: ClassVar[str]
     irreversible: ClassVar[bool] = False
+    # Its change names a person or where they live: the audit trail, which outlives the
+    # payload, gets only ``audit_words`` and ``audit_detail``, and the change is purged with
+    # the case's payload after retention.
+    personal: ClassVar[bool] = False
     refusals: ClassVar[Mapping[str, ErrorClass]] = {}
     # The admin form of the kind's own fields and the API serializer of its ``change`` (its
     # fields without ``kind``).
@@ -126,9 +130,17 @@ class ChangeKind:
         return found
 
     def describe(self, change: Mapping[str, Any]) -> str:
-        """The change in plain words, for pages, the approval, audit and the customer's mail:
-        a phrase that completes "The change: …" (``move the delivery to Friday …``)."""
+        """The change in plain words, for pages, the approval and the customer's mail: a phrase
+        that completes "The change: …" (``the delivery moves to Friday …``)."""
         raise NotImplementedError
+
+    def audit_words(self, change: Mapping[str, Any]) -> str:
+        """The change in words for the audit trail: ``describe``, unless it is personal."""
+        return f"a {self.label.lower()} change" if self.personal else self.describe(change)
+
+    def audit_detail(self, change: Mapping[str, Any]) -> dict[str, Any]:
+        """The change for an audit event's detail: whole, unless it is personal."""
+        return {"kind": self.code} if self.personal else dict(change)
 
     # --- the order as evidence ----------------------------------------------------------------
 
@@ -333,10 +345,36 @@ def same_change(intended: Mapping[str, Any], found: object) -> bool:
 
 def describe(change: Mapping[str, Any]) -> str:
     """The change in plain words, whatever its kind (``describe`` of its kind)."""
+    if change.get(PURGED):
+        return f"a {label_of(str(change.get('kind'))).lower()} change (purged after retention)"
     try:
         return kind_of(change).describe(change)
     except (UnknownKind, KeyError, TypeError, ValueError):
         return f"a change the desk cannot read ({canonical_json(change)[:120]})"
+
+
+def audit_words(change: Mapping[str, Any]) -> str:
+    """The change in words for the audit trail (personal details left out)."""
+    kind = find(change.get("kind"))
+    return describe(change) if kind is None else kind.audit_words(change)
+
+
+def audit_detail(change: Mapping[str, Any]) -> dict[str, Any]:
+    """The change for an audit event's detail (personal details left out)."""
+    kind = find(change.get("kind"))
+    return {"kind": change.get("kind")} if kind is None else kind.audit_detail(change)
+
+
+# A purged change keeps its kind and says so (``purged``): the rest was personal.
+PURGED = "purged"
+
+
+def purged(change: Mapping[str, Any]) -> dict[str, Any]:
+    """``change`` after its case's retention: unchanged unless its kind is personal."""
+    kind = find(change.get("kind"))
+    if kind is None or not kind.personal:
+        return dict(change)
+    return {"kind": kind.code, PURGED: True}
 
 
 def refusal_class(code: str | None, error: str) -> ErrorClass | None:

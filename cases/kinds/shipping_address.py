@@ -136,6 +136,7 @@ class ShippingAddress(ChangeKind):
     code = "shipping_address"
     label = "Shipping address"
     key_prefix = "ADDR"
+    personal = True  # a name and where they live
     form = ShippingAddressForm
     serializer = ShippingAddressChangeSerializer
 
@@ -144,6 +145,16 @@ class ShippingAddress(ChangeKind):
 
     def canonical(self, change: Mapping[str, Any]) -> dict[str, Any]:
         return {"kind": self.code, "address": canonical_address(change["address"])}
+
+    def audit_words(self, change: Mapping[str, Any]) -> str:
+        address = change.get("address")
+        country = address.get("country") if isinstance(address, Mapping) else None
+        return f"a new shipping address (in {country})" if country else "a new shipping address"
+
+    def audit_detail(self, change: Mapping[str, Any]) -> dict[str, Any]:
+        address = change.get("address")
+        country = address.get("country") if isinstance(address, Mapping) else None
+        return {"kind": self.code, "country": country}
 
     def describe(self, change: Mapping[str, Any]) -> str:
         address = change.get("address")
