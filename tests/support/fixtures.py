@@ -143,7 +143,7 @@ def cancellation_change(reason_code: str = "customer_request") -> dict:
 # The orders a test's cases go to unless it names one: one open case per order and kind, so
 # a second open case of a kind takes the next of them (``live_orders`` seeds these; more
 # cases than that get orders the order system does not know).
-DEFAULT_ORDERS = ("ORD-7731", *(f"ORD-7731-{n}" for n in range(2, 9)))
+DEFAULT_ORDERS = ("ORD-7731", *(f"ORD-7731-{n}" for n in range(2, 49)))
 
 
 def _free_order(account, kind: str) -> str:
