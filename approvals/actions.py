@@ -9,7 +9,7 @@ register(
     CaseAction(
         name="prepare",
         label="Prepare a proposal by hand",
-        words="prepare a proposal by hand (e.g. a date the customer confirmed)",
+        words="prepare a proposal by hand (e.g. a change the customer confirmed by phone)",
         permission="cases.work_case",
         available=lambda case: (
             case.status

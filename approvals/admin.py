@@ -25,7 +25,7 @@ class ProposalInline(ReadOnlyInline):
     verbose_name_plural = "Proposal history"
     fields = readonly_fields = (
         "created_at",
-        "delivery_date",
+        "description",
         "evidence_order_version",
         "operation",
         "prepared_by_label",
@@ -46,7 +46,7 @@ class OperationInline(ReadOnlyInline):
     fields = readonly_fields = (
         "key",
         "order_id",
-        "delivery_date",
+        "description",
         "created_at",
         "confirmed_at",
         "result_order_version",
@@ -125,10 +125,10 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
     readonly_fields = fields = (
         "case",
         "order_id",
-        "delivery_date",
+        "description",
         "evidence_order_version",
         "evidence_ids",
-        "slot_note",
+        "advisory_note",
         "content_hash",
         "operation",
         "prepared_by_label",
@@ -162,7 +162,7 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="exact change")
     def change_display(self, proposal):
-        return f"{proposal.order_id} → delivery {proposal.delivery_date:%Y-%m-%d}"
+        return f"{proposal.order_id}: {proposal.description}"
 
     @admin.display(description="expiry if approved now")
     def expiry_if_approved(self, proposal):
@@ -175,13 +175,17 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
         if obj is not None:
             default_expiry, max_expiry = services.approval_expiry_bounds()
             case = obj.case
-            # The case's delivery date belongs to its last source check; it is the date of the
+            # The case's seen value belongs to its last source check; it is the value of the
             # proposal's evidence only while that check read the same order version.
-            date_is_evidence = case.last_checked_order_version == obj.evidence_order_version
+            seen_is_evidence = case.last_checked_order_version == obj.evidence_order_version
+            kind = obj.kind
             context.update(
                 {
-                    "current_delivery_date": (
-                        case.order_delivery_date_seen if date_is_evidence else None
+                    "kind": kind,
+                    "current_value": (
+                        kind.describe_seen(case.order_seen)
+                        if seen_is_evidence and case.order_seen is not None
+                        else None
                     ),
                     "evidence": selectors.evidence_of(obj),
                     "eligible_approvers": selectors.eligible_approvers(obj),
@@ -260,29 +264,36 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
 # --- what approvals add to the case page (``cases.admin.case_admin_extend``) --------------------
 
 
-class PrepareForm(forms.Form):
-    """A proposal prepared by hand, for ``services.proposal_prepare_by_hand``."""
+class PrepareFields(forms.Form):
+    """A proposal prepared by hand (``services.proposal_prepare_by_hand``): these fields and
+    the case's kind's own (``prepare_form``)."""
 
     expected_version = forms.IntegerField(widget=forms.HiddenInput)
-    delivery_date = forms.DateField(
-        widget=forms.DateInput(attrs={"type": "date"}), help_text="The exact new delivery date."
-    )
     reason = forms.CharField(
         required=False,
         max_length=300,
-        help_text="Why (e.g. the customer confirmed another date by phone).",
+        help_text="Why (e.g. the customer confirmed another change by phone).",
     )
+
+
+def prepare_form(case: Case, data: Any = None) -> forms.Form:
+    """The prepare-by-hand form for ``case``: its kind's form with the fields above."""
+    kind = case.change_kind
+    form_class = type(f"Prepare{type(kind).__name__}Form", (PrepareFields, kind.form), {})
+    initial = {"expected_version": case.version, **kind.form_initial(case.change)}
+    return form_class(data, initial=initial, prefix="prepare")
 
 
 def prepare_view(
     model_admin: admin.ModelAdmin[Case], request: HttpRequest, case: Case
 ) -> HttpResponse:
-    """A person prepares the proposal by hand, e.g. with a date the customer confirmed."""
+    """A person prepares the proposal by hand, e.g. with a change the customer confirmed."""
     back = change_url(case)
-    form = PrepareForm(request.POST or None, prefix="prepare")
+    form = prepare_form(case, request.POST or None)
     if request.method != "POST" or not form.is_valid():
+        problems = "; ".join(f"{k}: {' '.join(map(str, v))}" for k, v in form.errors.items())
         model_admin.message_user(
-            request, "Proposal not prepared: give a valid date.", messages.ERROR
+            request, f"Proposal not prepared: {problems or 'give the change'}.", messages.ERROR
         )
         return HttpResponseRedirect(back)
     data = form.cleaned_data
@@ -290,7 +301,7 @@ def prepare_view(
         proposal = services.proposal_prepare_by_hand(
             case=case,
             actor=person(request),
-            delivery_date=data["delivery_date"],
+            change=case.change_kind.from_form(data),
             reason=data["reason"],
             expected_version=data["expected_version"],
         )
@@ -317,15 +328,6 @@ def case_page_context(request: HttpRequest, case: Case) -> Mapping[str, Any]:
 
 case_admin_extend(
     inlines=[(10, ProposalInline), (20, OperationInline)],
-    forms=[
-        CaseForm(
-            name="prepare",
-            build=lambda case: PrepareForm(
-                initial={"expected_version": case.version, "delivery_date": case.requested_date},
-                prefix="prepare",
-            ),
-            view=prepare_view,
-        )
-    ],
+    forms=[CaseForm(name="prepare", build=prepare_form, view=prepare_view)],
     context=case_page_context,
 )

@@ -17,7 +17,7 @@ from cases.api import CaseViewSet
 from cases.api_errors import error_responses
 from cases.exceptions import CaseNotFound
 from cases.paging import BoundedPageNumberPagination
-from cases.serializers import CaseDetailSerializer, PrepareProposalSerializer
+from cases.serializers import PrepareProposalSerializer, case_response_schema
 from cases.throttling import ThrottleRefusalsMixin
 
 
@@ -111,9 +111,10 @@ class ProposalViewSet(
 class CaseWithProposalsViewSet(CaseViewSet):
     @extend_schema(
         request=PrepareProposalSerializer,
-        responses={201: CaseDetailSerializer, **error_responses(400, 403, 404, 409, 415)},
-        description="Prepare and submit a proposal by hand (e.g. a date the customer "
-        "confirmed). A different date supersedes the current proposal and approval.",
+        responses={201: case_response_schema(), **error_responses(400, 403, 404, 409, 415)},
+        description="Prepare and submit a proposal by hand (e.g. a change the customer "
+        "confirmed): the whole change, of the case's kind. A different change supersedes the "
+        "current proposal and approval.",
     )
     @action(detail=True, methods=["post"])
     def proposals(self, request, reference=None):
@@ -124,7 +125,7 @@ class CaseWithProposalsViewSet(CaseViewSet):
         proposal = services.proposal_prepare_by_hand(
             case=case,
             actor=request.user,
-            delivery_date=data["delivery_date"],
+            change=data["change"],
             reason=data["reason"],
             expected_version=data["expected_version"],
         )

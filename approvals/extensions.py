@@ -17,7 +17,7 @@ from django.urls import reverse
 
 from approvals.models import Proposal
 from approvals.selectors import eligible_approvers, proposals_decidable_by, review_queue_for
-from approvals.services import proposals_withdraw_open
+from approvals.services import proposals_purge_changes, proposals_withdraw_open
 from cases import extensions
 from cases.extensions import Viewer
 from cases.models import Case
@@ -70,3 +70,4 @@ def register() -> None:
     extensions.register_decision_path(decision_path)
     extensions.register_decisions(decisions_of)
     extensions.register_before_evidence_replaced(withdraw_before_new_evidence)
+    extensions.register_on_payload_purged(proposals_purge_changes)

@@ -6,9 +6,10 @@ Format (binding; the order system verifies the same bytes)::
 
 - ``payload_b64``: base64url without ``=`` padding of
   ``json.dumps(payload, sort_keys=True, separators=(",", ":"))`` where ``payload`` is
-  ``{"approval_id": str, "change": {"delivery_date": "YYYY-MM-DD"},
+  ``{"approval_id": str, "change": {"kind": str, …the kind's fields},
   "expires_at": "YYYY-MM-DDTHH:MM:SSZ", "operation_key": str, "order_id": str}``
-  (``expires_at`` in UTC, whole seconds).
+  (``expires_at`` in UTC, whole seconds; ``change`` whole, in its kind's canonical form:
+  ``cases.kinds``). Both sides compare ``change`` by canonical equality.
 - ``sig_b64``: base64url without padding of HMAC-SHA256(key=APPROVAL_GRANT_KEY as UTF-8,
   msg=b"v1." + payload_b64 as ASCII).
 
@@ -24,9 +25,12 @@ import datetime as dt
 import hashlib
 import hmac
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from approvals.exceptions import GrantError, GrantExpired, GrantInvalid
+from cases import kinds
 
 __all__ = [
     "GrantError",
@@ -47,7 +51,7 @@ class GrantPayload:
     approval_id: str
     operation_key: str
     order_id: str
-    delivery_date: dt.date
+    change: dict[str, Any]
     expires_at: dt.datetime
 
 
@@ -88,16 +92,17 @@ def grant_issue(
     *,
     operation_key: str,
     order_id: str,
-    delivery_date: dt.date,
+    change: Mapping[str, Any],
     approval_id: str,
     expires_at: dt.datetime,
     key: str | None = None,
 ) -> str:
-    """Sign a grant for exactly this operation, order and delivery date, until ``expires_at``
-    (truncated to whole seconds, UTC). ``key`` defaults to ``settings.APPROVAL_GRANT_KEY``."""
+    """Sign a grant for exactly this operation, order and whole change (in its kind's canonical
+    form), until ``expires_at`` (truncated to whole seconds, UTC). ``key`` defaults to
+    ``settings.APPROVAL_GRANT_KEY``."""
     payload = {
         "approval_id": str(approval_id),
-        "change": {"delivery_date": delivery_date.isoformat()},
+        "change": kinds.canonical(change),
         "expires_at": _format_expiry(expires_at),
         "operation_key": operation_key,
         "order_id": order_id,
@@ -114,12 +119,13 @@ def grant_verify(
     now: dt.datetime | None = None,
     operation_key: str | None = None,
     order_id: str | None = None,
-    delivery_date: dt.date | None = None,
+    change: Mapping[str, Any] | None = None,
 ) -> GrantPayload:
     """Return the payload of a correctly signed, unexpired grant.
 
     Raises ``GrantInvalid`` for anything malformed, a wrong signature or key, or (when given) an
-    ``operation_key``/``order_id``/``delivery_date`` other than the grant's; ``GrantExpired`` when
+    ``operation_key``/``order_id``/``change`` other than the grant's (the whole change, by
+    canonical equality); ``GrantExpired`` when
     ``now`` (default: the current time) is at or after ``expires_at``. The signature is checked
     before anything in the payload is trusted.
     """
@@ -143,34 +149,33 @@ def grant_verify(
         raise GrantInvalid("grant payload is not JSON") from None
     if not isinstance(payload, dict) or set(payload) != _PAYLOAD_KEYS:
         raise GrantInvalid("grant payload does not have exactly the v1 fields")
-    change = payload["change"]
-    if not isinstance(change, dict) or set(change) != {"delivery_date"}:
-        raise GrantInvalid("grant change must name exactly a delivery_date")
+    granted = payload["change"]
+    if not isinstance(granted, dict) or not isinstance(granted.get("kind"), str):
+        raise GrantInvalid("grant change must be an object that names its kind")
     strings = ("approval_id", "operation_key", "order_id", "expires_at")
     if not all(isinstance(payload[name], str) for name in strings):
         raise GrantInvalid("grant fields must be strings")
-    if not isinstance(change["delivery_date"], str):
-        raise GrantInvalid("grant delivery_date must be a string")
     try:
-        granted_date = dt.date.fromisoformat(change["delivery_date"])
         expires = dt.datetime.strptime(payload["expires_at"], _EXPIRES_FORMAT).replace(
             tzinfo=dt.UTC
         )
     except ValueError:
-        raise GrantInvalid("grant dates are not in the v1 format") from None
+        raise GrantInvalid("grant expiry is not in the v1 format") from None
 
     grant = GrantPayload(
         approval_id=payload["approval_id"],
         operation_key=payload["operation_key"],
         order_id=payload["order_id"],
-        delivery_date=granted_date,
+        change=granted,
         expires_at=expires,
     )
     if operation_key is not None and grant.operation_key != operation_key:
         raise GrantInvalid("grant is for another operation")
     if order_id is not None and grant.order_id != order_id:
         raise GrantInvalid("grant is for another order")
-    if delivery_date is not None and grant.delivery_date != delivery_date:
+    if change is not None and kinds.canonical_json(granted) != kinds.canonical_json(
+        kinds.canonical(change)
+    ):
         raise GrantInvalid("grant is for another change")
     current = now if now is not None else dt.datetime.now(dt.UTC)
     if current >= grant.expires_at:

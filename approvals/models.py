@@ -1,9 +1,9 @@
 """Proposals bound to one exact intended change, the operations they mint, and approvals.
 
 Identities never mix: a proposal is one exact change resting on named evidence; an operation
-(DATE-41-1) is the receiver's idempotency key for one exact intended change and survives
-re-approval, retries and takeovers; an approval (AP-9) is one person's decision on one proposal,
-by id and content hash, with an expiry.
+(``{its kind's key prefix}-41-1``) is the receiver's idempotency key for one exact intended
+change and survives re-approval, retries and takeovers; an approval (AP-9) is one person's
+decision on one proposal, by id and content hash, with an expiry.
 """
 
 from __future__ import annotations
@@ -13,18 +13,25 @@ from django.db import models
 from django.db.models import F, Q
 from django.utils import timezone
 
+from cases import kinds
 from cases.append_only import GuardedModel, GuardedQuerySet, in_maintenance
 from cases.models import Case, CaseEvent
 
 
 class Operation(models.Model):
-    """The idempotency key the order system sees. One per exact intended change of a case."""
+    """The idempotency key the order system sees. One per exact intended change of a case:
+    ``change`` whole, in its kind's canonical form, and ``change_hash`` its identity."""
 
     case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="operations")
     key = models.CharField(max_length=40, unique=True)
-    sequence = models.PositiveIntegerField(help_text="1 for DATE-41-1, 2 for DATE-41-2 …")
+    sequence = models.PositiveIntegerField(
+        help_text="1 for {key prefix}-41-1, 2 for {key prefix}-41-2 …"
+    )
     order_id = models.CharField(max_length=60)
-    delivery_date = models.DateField()
+    change = models.JSONField(default=dict, help_text="The exact change, as sent and signed.")
+    change_hash = models.CharField(
+        max_length=64, help_text="SHA-256 of the change's canonical JSON (``cases.kinds``)."
+    )
     created_at = models.DateTimeField(default=timezone.now)
     confirmed_at = models.DateTimeField(
         null=True, blank=True, help_text="When the order system's answer proved it applied."
@@ -42,9 +49,9 @@ class Operation(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["case", "sequence"], name="operation_seq_per_case"),
             models.UniqueConstraint(
-                fields=["case", "order_id", "delivery_date"],
+                fields=["case", "order_id", "change_hash"],
                 condition=Q(retired_at__isnull=True),
-                name="operation_one_live_per_intent",
+                name="operation_one_live_per_change",
             ),
         ]
 
@@ -52,8 +59,13 @@ class Operation(models.Model):
         return self.key
 
     @property
-    def change(self) -> dict:
-        return {"delivery_date": self.delivery_date.isoformat()}
+    def kind(self) -> kinds.ChangeKind:
+        return kinds.kind_of(self.change)
+
+    @property
+    def description(self) -> str:
+        """The exact change in plain words (its kind's ``describe``)."""
+        return kinds.describe(self.change)
 
 
 class Proposal(models.Model):
@@ -70,12 +82,18 @@ class Proposal(models.Model):
 
     case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="proposals")
     order_id = models.CharField(max_length=60)
-    delivery_date = models.DateField(help_text="The exact new delivery date.")
+    change = models.JSONField(
+        default=dict, help_text="The exact change, whole, in its kind's canonical form."
+    )
     evidence_order_version = models.PositiveIntegerField(
         help_text="The order version the proposal rests on."
     )
     evidence_ids = models.JSONField(default=list, help_text="Evidence references it rests on.")
-    slot_note = models.CharField(max_length=200, blank=True, help_text="Advisory slot lookup.")
+    advisory_note = models.CharField(
+        max_length=300,
+        blank=True,
+        help_text="The kind's advice for the approver, read when the proposal was prepared.",
+    )
     content_hash = models.CharField(max_length=64)
     operation = models.ForeignKey(
         Operation, on_delete=models.PROTECT, null=True, blank=True, related_name="proposals"
@@ -108,30 +126,37 @@ class Proposal(models.Model):
         permissions = [("approve_proposal", "Can approve or reject proposals of their teams")]
 
     def __str__(self) -> str:
-        return f"Proposal #{self.pk} for {self.case.reference}: {self.delivery_date}"
+        return f"Proposal #{self.pk} for {self.case.reference}: {self.description}"
 
     @property
     def is_open(self) -> bool:
         return self.status in self.OPEN
 
     @property
-    def change(self) -> dict:
-        return {"delivery_date": self.delivery_date.isoformat()}
+    def kind(self) -> kinds.ChangeKind:
+        return kinds.kind_of(self.change)
+
+    @property
+    def description(self) -> str:
+        """The exact change in plain words (its kind's ``describe``)."""
+        return kinds.describe(self.change)
 
 
 class ProposalAuthor(GuardedModel):
     """A person who authored the intent a proposal carries, and so may never approve it.
 
-    Four eyes binds people, not rows: whoever opened the case (when a person did), changed its
-    requested date, prepared the proposal by hand or asked for it to be prepared again is an
-    author. Rows are written with the proposal, from the case's own audit events; a database
-    trigger refuses an approval decided by any of them (migration 0005). Append-only: a row is
-    never changed or deleted (``cases.append_only``; migration 0006 on PostgreSQL).
+    Four eyes binds people, not rows: whoever opened the case (when a person did), joined its
+    request by re-sending it, changed the change it asks for, prepared the proposal by hand or
+    asked for it to be prepared again is an author. Rows are written with the proposal, from
+    the case's own audit events; a database trigger refuses an approval decided by any of them
+    (migration 0005). Append-only: a row is never changed or deleted (``cases.append_only``;
+    a trigger on PostgreSQL).
     """
 
     class Role(models.TextChoices):
         OPENED_CASE = "opened_case", "Opened the case"
-        CHANGED_INTENT = "changed_intent", "Changed the requested date"
+        JOINED_REQUEST = "joined_request", "Re-sent the case's request (asked for it too)"
+        CHANGED_INTENT = "changed_intent", "Changed the requested change"
         PREPARED = "prepared", "Prepared the proposal"
         ASKED_REPREPARE = "asked_reprepare", "Asked for the proposal to be prepared again"
 

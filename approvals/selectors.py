@@ -71,7 +71,8 @@ def author_roles_of(proposal: Proposal, user) -> list[str]:
 # Keyed by the role's stored value (a ``Role`` member equals its string).
 _AUTHOR_PHRASES: dict[str, str] = {
     ProposalAuthor.Role.OPENED_CASE: "opened {case}",
-    ProposalAuthor.Role.CHANGED_INTENT: "changed the requested date of {case}",
+    ProposalAuthor.Role.JOINED_REQUEST: "sent the request of {case} again (you asked for it too)",
+    ProposalAuthor.Role.CHANGED_INTENT: "changed the change {case} asks for",
     ProposalAuthor.Role.PREPARED: "prepared {proposal}",
     ProposalAuthor.Role.ASKED_REPREPARE: "asked for {case} to be checked and prepared again",
 }

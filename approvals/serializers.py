@@ -6,6 +6,7 @@ from rest_framework import serializers
 from approvals.models import Approval, Proposal, ProposalAuthor
 from approvals.selectors import DecisionAnswer, decision_answers
 from approvals.services import approval_expiry_bounds
+from cases import kinds
 from cases.validation import REASON_MAX_LENGTH, TextValidator
 
 
@@ -41,7 +42,11 @@ class ProposalAuthorSerializer(serializers.ModelSerializer):
 
 class ProposalSerializer(serializers.ModelSerializer):
     case = serializers.CharField(source="case.reference")
-    change = serializers.DictField(read_only=True)
+    change = serializers.DictField(read_only=True, help_text="The exact change, whole.")
+    description = serializers.CharField(
+        read_only=True, help_text="The exact change in plain words."
+    )
+    irreversible = serializers.SerializerMethodField()
     operation_key = serializers.CharField(source="operation.key", default=None)
     prepared_by = serializers.CharField(source="prepared_by_label")
     approvals = ApprovalSerializer(many=True, read_only=True)
@@ -59,9 +64,11 @@ class ProposalSerializer(serializers.ModelSerializer):
             "case",
             "order_id",
             "change",
+            "description",
+            "irreversible",
             "evidence_order_version",
             "evidence_ids",
-            "slot_note",
+            "advisory_note",
             "content_hash",
             "operation_key",
             "prepared_by",
@@ -78,6 +85,11 @@ class ProposalSerializer(serializers.ModelSerializer):
             "deciders",
             "approvals",
         ]
+
+    def get_irreversible(self, proposal) -> bool:
+        """Whether the change cannot be undone once applied (its kind has no reversal)."""
+        kind = kinds.find(proposal.change.get("kind"))
+        return kind is not None and kind.irreversible
 
     def get_would_expire_at(self, proposal) -> str:
         return approval_expiry_bounds()[0].replace(microsecond=0).isoformat()

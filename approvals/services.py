@@ -21,6 +21,7 @@ from django.utils import timezone
 from approvals.exceptions import ExpiryOutOfBounds, OwnProposal, ProposalNotCurrent
 from approvals.models import Approval, Operation, Proposal, ProposalAuthor
 from approvals.selectors import author_roles_of, own_proposal_reason
+from cases import kinds
 from cases.codes import Action
 from cases.exceptions import ActionNotPermitted, InvalidCaseInput, TransitionRejected
 from cases.fencing import counter_next
@@ -45,12 +46,12 @@ from cases.scheduling import enqueue_on_commit
 
 
 def _content_hash(
-    *, case: Case, order_id: str, delivery_date: dt.date, version: int, evidence_ids: list[int]
+    *, case: Case, order_id: str, change: dict, version: int, evidence_ids: list[int]
 ) -> str:
     body = {
         "case": case.reference,
         "order_id": order_id,
-        "change": {"delivery_date": delivery_date.isoformat()},
+        "change": change,
         "evidence_order_version": version,
         "evidence_ids": sorted(evidence_ids),
     }
@@ -146,20 +147,23 @@ def proposals_withdraw_open(case: Case, reason: str) -> list[str]:
     return proposal_withdraw(proposal, reason)
 
 
-def _operation_for(case: Case, order_id: str, delivery_date: dt.date) -> Operation:
-    """The operation for this exact intended change: the existing one, or the next key."""
+def _operation_for(case: Case, order_id: str, change: dict) -> Operation:
+    """The operation for this exact intended change (the whole change): the existing live one,
+    or the next key, named by the change's kind (``{key prefix}-{case number}-{sequence}``)."""
+    change_hash = kinds.change_hash(change)
     existing = Operation.objects.filter(
-        case=case, order_id=order_id, delivery_date=delivery_date, retired_at__isnull=True
+        case=case, order_id=order_id, change_hash=change_hash, retired_at__isnull=True
     ).first()
     if existing is not None:
         return existing
     sequence = (case.operations.aggregate(n=Max("sequence"))["n"] or 0) + 1
     return Operation.objects.create(
         case=case,
-        key=f"DATE-{case.number}-{sequence}",
+        key=f"{kinds.kind_of(change).key_prefix}-{case.number}-{sequence}",
         sequence=sequence,
         order_id=order_id,
-        delivery_date=delivery_date,
+        change=kinds.canonical(change),
+        change_hash=change_hash,
     )
 
 
@@ -170,6 +174,7 @@ def _operation_for(case: Case, order_id: str, delivery_date: dt.date) -> Operati
 # verification), not a request to prepare the proposal again.
 _AUTHORING_EVENTS = (
     Q(action=Action.CASE_CREATED)
+    | Q(action=Action.CASE_REQUEST_JOINED)
     | Q(action=Action.CASE_INTENT_CHANGED)
     | Q(action=Action.CASE_TRANSITIONED, detail__transition="revise")
     | (
@@ -182,6 +187,8 @@ _AUTHORING_EVENTS = (
 def _author_role(event: CaseEvent) -> str:
     if event.action == Action.CASE_CREATED:
         return ProposalAuthor.Role.OPENED_CASE
+    if event.action == Action.CASE_REQUEST_JOINED:
+        return ProposalAuthor.Role.JOINED_REQUEST
     if event.action == Action.CASE_INTENT_CHANGED or event.detail.get("transition") == "revise":
         return ProposalAuthor.Role.CHANGED_INTENT
     return ProposalAuthor.Role.ASKED_REPREPARE
@@ -230,14 +237,16 @@ def proposal_prepare(
     *,
     case: Case,
     actor: Actor,
-    delivery_date: dt.date | None = None,
-    slot_note: str = "",
+    change: dict | None = None,
+    advisory_note: str = "",
     submit: bool = True,
 ) -> Proposal:
     """Prepare one exact proposal from the case's current evidence and (normally) submit it.
 
-    The evidence is the last checked order version and the evidence references recorded for
-    it; a case whose evidence is missing goes back for a source check instead.
+    ``change`` is the whole change, of the case's kind (default: the case's own; a reversal
+    passes the one back). The evidence is the last checked order version and the evidence
+    references recorded for it; a case whose evidence is missing goes back for a source check
+    instead.
     """
     with case_step(
         case, actor=actor, permission="cases.work_case", what="prepare proposals"
@@ -264,7 +273,12 @@ def proposal_prepare(
             )
         for draft in case.proposals.filter(status=Proposal.Status.DRAFT):
             _close_proposal(draft, Proposal.Status.WITHDRAWN, "Replaced by a newer draft")
-        date = delivery_date or case.requested_date
+        change = kinds.canonical(change or case.change)
+        if change["kind"] != case.kind:
+            raise InvalidCaseInput(
+                f"{case.reference} asks for a {kinds.label_of(case.kind).lower()} change.",
+                fields={"change.kind": [f"Must be {case.kind}."]},
+            )
         evidence_ids = list(
             case.evidence.filter(order_version=case.last_checked_order_version).values_list(
                 "pk", flat=True
@@ -273,14 +287,14 @@ def proposal_prepare(
         proposal = Proposal.objects.create(
             case=case,
             order_id=case.order_id,
-            delivery_date=date,
+            change=change,
             evidence_order_version=case.last_checked_order_version,
             evidence_ids=evidence_ids,
-            slot_note=slot_note[:200],
+            advisory_note=advisory_note[:300],
             content_hash=_content_hash(
                 case=case,
                 order_id=case.order_id,
-                delivery_date=date,
+                change=change,
                 version=case.last_checked_order_version,
                 evidence_ids=evidence_ids,
             ),
@@ -300,12 +314,13 @@ def proposal_prepare(
             case=case,
             action=Action.PROPOSAL_PREPARED,
             actor=actor,
-            reason=f"Proposal: move {case.order_id} to {date:%Y-%m-%d} "
+            reason=f"Proposal for {case.order_id}: {kinds.audit_words(change)} "
             f"(order version {case.last_checked_order_version})",
             detail={
                 "proposal_id": proposal.pk,
                 "content_hash": proposal.content_hash,
-                "slot": slot_note,
+                "change": kinds.audit_detail(change),
+                "advisory": advisory_note,
                 # Four eyes: none of these people may approve it.
                 "authors": [{"user_id": a.user_id, "role": a.role} for a in authors],
             },
@@ -337,7 +352,7 @@ def _submit(case: Case, proposal: Proposal, actor: Actor) -> None:
     """Submit for review. The case's follow-up and next check become the review deadline, so
     an overdue case awaiting review means its approvers are late (no worker acts on
     awaiting-review cases)."""
-    operation = _operation_for(case, proposal.order_id, proposal.delivery_date)
+    operation = _operation_for(case, proposal.order_id, proposal.change)
     proposal.operation = operation
     proposal.status = Proposal.Status.AWAITING_REVIEW
     proposal.submitted_at = timezone.now()
@@ -360,28 +375,30 @@ def _submit(case: Case, proposal: Proposal, actor: Actor) -> None:
 
 
 def proposal_prepare_by_hand(
-    *, case: Case, actor: Actor, delivery_date: dt.date, reason: str, expected_version: int
+    *, case: Case, actor: Actor, change: dict, reason: str, expected_version: int
 ) -> Proposal:
-    """A person prepares the proposal themselves, e.g. with a date the customer confirmed.
+    """A person prepares the proposal themselves, e.g. with a change the customer confirmed.
 
-    A date other than the one requested supersedes the current proposal and approval first;
-    the person who prepares it can never be the one who approves it.
+    ``change`` is the whole change, of the case's kind. A change other than the one requested
+    supersedes the current proposal and approval first; the person who prepares it can never be
+    the one who approves it.
     """
     from cases import validation
 
+    fresh = Case.objects.get(pk=case.pk)
     validation.ensure_valid(
-        delivery_date=validation.delivery_date_errors(delivery_date),
+        **kinds.validate(fresh.kind, change),
         reason=validation.text_errors(reason, max_length=validation.SHORT_REASON_MAX_LENGTH),
     )
     with transaction.atomic():
         case = case_change_intent(
             case=case,
             actor=actor,
-            delivery_date=delivery_date,
-            reason=reason or "Customer confirmed another date",
+            change=change,
+            reason=reason or "The customer confirmed another change",
             expected_version=expected_version,
         )
-        return proposal_prepare(case=case, actor=actor, delivery_date=delivery_date)
+        return proposal_prepare(case=case, actor=actor, change=change)
 
 
 def proposal_submit(*, proposal: Proposal, actor: Actor) -> Proposal:
@@ -397,11 +414,13 @@ def case_change_intent(
     *,
     case: Case,
     actor: Actor,
-    delivery_date: dt.date,
+    change: dict,
     reason: str,
     expected_version: int | None = None,
 ) -> Case:
-    """The customer wants another date: supersede the proposal and any approval.
+    """The customer wants another change of the same kind (another date, another address):
+    supersede the proposal and any approval. ``change`` is the whole change; the caller
+    validated it (``cases.kinds.validate``).
 
     The old "yes" is never reused: the next proposal gets a new operation key and needs its
     own approval.
@@ -413,7 +432,10 @@ def case_change_intent(
         what="change the request",
         expected_version=expected_version,
     ) as case:
-        if delivery_date == case.requested_date:
+        if errors := kinds.validate(case.kind, change):
+            raise InvalidCaseInput("The change is not valid for this case.", fields=errors)
+        change = kinds.canonical(change)
+        if kinds.same_change(case.change, change):
             return case  # the same intent: nothing to supersede
         if case.is_terminal or case.status in {Status.APPLYING, Status.HELD}:
             raise TransitionRejected(
@@ -421,15 +443,15 @@ def case_change_intent(
                 "cannot change now. A change after it was applied is a new proposal.",
                 allowed=[],
             )
-        previous = case.requested_date
-        case.requested_date = delivery_date
+        previous = case.change
+        case.change = change
         proposal = open_proposal(case)
         revoked: list[str] = []
-        if proposal is not None and proposal.delivery_date != delivery_date:
+        if proposal is not None and not kinds.same_change(change, proposal.change):
             revoked = _revoke_approvals(proposal, "Superseded: the intended change changed")
             _close_proposal(proposal, Proposal.Status.SUPERSEDED, reason)
             if proposal.operation_id is not None:
-                # A changed intent never reuses the old key, even if the date comes back.
+                # A changed intent never reuses the old key, even if the change comes back.
                 Operation.objects.filter(
                     pk=proposal.operation_id, confirmed_at__isnull=True, retired_at__isnull=True
                 ).update(retired_at=timezone.now())
@@ -443,24 +465,27 @@ def case_change_intent(
                 actor=actor,
                 reason=reason,
                 detail={
-                    "from_date": previous.isoformat(),
-                    "to_date": delivery_date.isoformat(),
+                    "from_change": kinds.audit_detail(previous),
+                    "to_change": kinds.audit_detail(change),
                     "superseded_proposal": proposal.pk if proposal else None,
                     "revoked_approvals": revoked,
                 },
-                requested_date=delivery_date,
+                change=change,
             )
         else:
-            bump_and_save(case, ["requested_date"])
+            bump_and_save(case, ["change"])
             record_event(
                 case=case,
                 action=Action.CASE_INTENT_CHANGED,
                 actor=actor,
                 reason=reason,
-                detail={"from_date": previous.isoformat(), "to_date": delivery_date.isoformat()},
+                detail={
+                    "from_change": kinds.audit_detail(previous),
+                    "to_change": kinds.audit_detail(change),
+                },
             )
         if proposal is not None and proposal.status in Proposal.OPEN:
-            # The proposal already carries the new date and stays open: whoever changed the
+            # The proposal already carries the new change and stays open: whoever changed the
             # intent to it is one of its authors now.
             proposal_record_authors(case=case, proposal=proposal)
         if case.status == Status.PREPARING_PROPOSAL and isinstance(actor, Worker):
@@ -550,7 +575,7 @@ def proposal_approve(
             grant=grant_issue(
                 operation_key=operation.key,
                 order_id=proposal.order_id,
-                delivery_date=proposal.delivery_date,
+                change=operation.change,
                 approval_id=reference,
                 expires_at=expires_at,
             ),
@@ -715,6 +740,18 @@ def approval_note_expired_during_hold(*, case: Case, now: dt.datetime | None = N
             },
         )
     return True
+
+
+def proposals_purge_changes(case: Case) -> int:
+    """After the case's retention, its proposals and operations lose a personal change as the
+    case does (``cases.kinds.purged``), keeping its kind; the case locked by the caller (its
+    purge). Returns how many rows changed."""
+    changed = 0
+    for model in (Proposal, Operation):
+        for pk, change in model.objects.filter(case=case).values_list("pk", "change"):
+            if (kept := kinds.purged(change)) != change:
+                changed += model.objects.filter(pk=pk).update(change=kept)
+    return changed
 
 
 def proposal_invalidate_for_source_change(

@@ -61,7 +61,7 @@ class ErrorSerializer(serializers.Serializer):
     error = serializers.CharField(
         help_text="Machine-readable code: invalid, not_authenticated, authentication_failed, "
         "permission_denied, not_permitted, own_proposal, not_found, version_conflict, "
-        "transition_not_allowed, proposal_not_current, throttled, …"
+        "transition_not_allowed, proposal_not_current, open_case_exists, throttled, …"
     )
     detail = serializers.CharField(help_text="What happened, in plain words.")
     # The response member ``fields``: DRF's metaclass takes declared fields out of the class, so
@@ -85,6 +85,9 @@ class ErrorSerializer(serializers.Serializer):
     retry_after = serializers.IntegerField(
         required=False, help_text="throttled: seconds to wait (also the Retry-After header)."
     )
+    reference = serializers.CharField(
+        required=False, help_text="open_case_exists: the open case of this order and kind."
+    )
 
 
 _ERROR_DESCRIPTIONS = {
@@ -97,7 +100,8 @@ _ERROR_DESCRIPTIONS = {
     405: "method_not_allowed.",
     406: "not_acceptable: the Accept header asks for a format the API does not serve.",
     409: "version_conflict (with expected_version and current_version), "
-    "transition_not_allowed (with allowed) or proposal_not_current: reload and decide again.",
+    "transition_not_allowed (with allowed) or proposal_not_current: reload and decide again; "
+    "open_case_exists (with reference): the order has an open case of this kind already.",
     415: "unsupported_media_type: send application/json.",
     429: "throttled: too many requests; wait retry_after seconds (the Retry-After header).",
 }

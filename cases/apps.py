@@ -6,4 +6,8 @@ class CasesConfig(AppConfig):
     verbose_name = "Cases"
 
     def ready(self) -> None:
-        from cases import actions, checks  # noqa: F401 - registers the checks and actions
+        from django.conf import settings
+
+        from cases import actions, checks, kinds  # noqa: F401 - registers the checks and actions
+
+        kinds.load(settings.HOLDFAST_CHANGE_KINDS)  # the change kinds this desk offers

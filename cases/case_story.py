@@ -297,7 +297,11 @@ ACTION_WORDS: dict[Action, tuple[str, str]] = {
     Action.CASE_REASSIGNED: ("Reassigned by {actor}: owner {owner}, backup {backup}", ""),
     Action.CASE_FOLLOWUP_UPDATED: ("Follow-up updated by {actor}", ""),
     Action.FOLLOW_UP_DUE: ("The follow-up time passed: a reminder was sent", "alert"),
-    Action.CASE_INTENT_CHANGED: ("The requested date changed to {to_date}", ""),
+    Action.CASE_REQUEST_JOINED: (
+        "{actor} re-sent this request: an author of it, who may not approve it",
+        "",
+    ),
+    Action.CASE_INTENT_CHANGED: ("The requested change was revised by {actor}", ""),
     Action.CASE_RESPONSIBILITY_TO_BACKUP: ("Responsibility passed to the named backup", ""),
     Action.CASE_RESPONSIBILITY_TO_OWNER: ("Responsibility returned to the owner", ""),
     Action.CASE_LEGAL_HOLD_SET: ("Legal hold placed by {actor}", ""),

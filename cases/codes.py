@@ -30,6 +30,7 @@ class Action(enum.StrEnum):
 
     # --- the case itself (cases) ---------------------------------------------------------
     CASE_CREATED = "cases.case.created"
+    CASE_REQUEST_JOINED = "cases.case.request_joined"
     CASE_TRANSITIONED = "cases.case.transitioned"
     CASE_CLAIMED = "cases.case.claimed"
     CASE_REASSIGNED = "cases.case.reassigned"

@@ -61,3 +61,15 @@ class InvalidCaseInput(CaseError):
     def __init__(self, detail: str, *, fields: dict[str, list[str]]):
         super().__init__(detail, fields=fields)
         self.fields = fields
+
+
+class OpenCaseExists(CaseError):
+    """An order already has an open case for this kind of change: one open case per order and
+    kind. ``reference`` names it (a second intake links to it, never opens a twin)."""
+
+    code = "open_case_exists"
+    http_status = 409
+
+    def __init__(self, detail: str, *, reference: str):
+        super().__init__(detail, reference=reference)
+        self.reference = reference

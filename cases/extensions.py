@@ -12,11 +12,12 @@ What a contribution may do:
   teams through the selectors (the team wall is theirs to keep); they never write.
 - **Dashboard panels** only read, and return HTML already escaped (``render_to_string``).
 - **The decider provider** only reads: who may decide what a case waits for.
-- **Before-evidence-replaced hooks** write. They run inside the caller's transaction, with the
-  case row locked by the caller's kernel step (``cases.kernel.case_step``), so what they write
-  commits or rolls back with the transition itself. A hook must not start work outside that
-  transaction (use ``transaction.on_commit`` for that), must not move the case's status and
-  must not swallow errors: an exception aborts the transition.
+- **Before-evidence-replaced hooks** and **payload-purged hooks** write. They run inside the
+  caller's transaction, with the case row locked by the caller's kernel step
+  (``cases.kernel.case_step``), so what they write commits or rolls back with the step itself.
+  A hook must not start work outside that transaction (use ``transaction.on_commit`` for
+  that), must not move the case's status and must not swallow errors: an exception aborts the
+  step.
 """
 
 from __future__ import annotations
@@ -207,3 +208,24 @@ def before_evidence_replaced(case: Case, reason: str) -> None:
     """Run the registered hooks, in registration order, for the locked ``case``."""
     for hook in BEFORE_EVIDENCE_REPLACED:
         hook(case, reason)
+
+
+# --- when a case's payload is purged (``cases.retention.case_purge``) ------------------------
+
+# Called as ``hook(case)`` inside the purge's step, the case locked: the rows an upper app keeps
+# of the case's change (approvals: proposals and operations) lose what the case's own payload
+# loses (``cases.kinds.purged``). Returns how many rows it changed.
+OnPayloadPurged = Callable[[Case], int]
+
+ON_PAYLOAD_PURGED: list[OnPayloadPurged] = []
+
+
+def register_on_payload_purged(hook: OnPayloadPurged) -> OnPayloadPurged:
+    if hook not in ON_PAYLOAD_PURGED:
+        ON_PAYLOAD_PURGED.append(hook)
+    return hook
+
+
+def on_payload_purged(case: Case) -> int:
+    """Run the registered hooks for the locked ``case``; the rows they changed."""
+    return sum(hook(case) for hook in ON_PAYLOAD_PURGED)

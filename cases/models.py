@@ -20,6 +20,7 @@ from django.db.models.functions import Upper
 from django.utils import timezone
 from django_fsm import FSMField, FSMModelMixin, transition
 
+from cases import kinds
 from cases.append_only import GuardedModel, GuardedQuerySet
 
 if TYPE_CHECKING:
@@ -233,7 +234,13 @@ class Case(FSMModelMixin, models.Model):
         max_length=100, help_text="The caller's idempotency key for this request."
     )
     order_id = models.CharField(max_length=60)  # indexed by ``case_order_idx`` (Meta)
-    requested_date = models.DateField(help_text="The delivery date the customer asked for.")
+    kind = models.CharField(
+        max_length=40, help_text="The code of the change kind asked for (``cases.kinds``)."
+    )
+    change = models.JSONField(
+        default=dict,
+        help_text="The change the customer asked for, whole, in its kind's canonical form.",
+    )
     note = models.TextField(blank=True)
 
     status = FSMField(
@@ -294,8 +301,11 @@ class Case(FSMModelMixin, models.Model):
         null=True, blank=True, help_text="Authority revoked: no new child work is admitted."
     )
     revocation_kind = models.CharField(max_length=20, blank=True)
-    order_delivery_date_seen = models.DateField(
-        null=True, blank=True, help_text="The order's delivery date at the last source check."
+    order_seen = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The order's current value of the case's kind at the last source check "
+        "(the kind's ``seen``): the evidence a reversal goes back to.",
     )
     # The person's clock (``cases.followups``): set by the kernel whenever the case starts to
     # wait on a person, from the follow-up policy of its kind and reason; cleared when it
@@ -340,6 +350,13 @@ class Case(FSMModelMixin, models.Model):
             models.CheckConstraint(
                 condition=Q(backup__isnull=True) | ~Q(backup=models.F("owner")),
                 name="case_backup_is_not_owner",
+            ),
+            # One open case per order and kind (``cases.services.case_open`` says so first):
+            # different kinds on one order may be open together (cases 0019).
+            models.UniqueConstraint(
+                fields=["account", "order_id", "kind"],
+                condition=~Q(status__in=["done", "cancelled", "stopped"]),
+                name="case_one_open_per_order_kind",
             ),
         ]
         indexes = [
@@ -393,6 +410,15 @@ class Case(FSMModelMixin, models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.status in TERMINAL_STATUSES
+
+    @property
+    def change_kind(self) -> kinds.ChangeKind:
+        """The kind of the change this case asks for (``cases.kinds``)."""
+        return kinds.get(self.kind)
+
+    @property
+    def change_description(self) -> str:
+        return kinds.describe(self.change)
 
     @property
     def is_overdue(self) -> bool:

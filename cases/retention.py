@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from cases import extensions, kinds
 from cases.codes import Action
 from cases.exceptions import CaseError
 from cases.kernel import Actor, Worker, bump_and_save, case_step, record_event
@@ -116,9 +117,11 @@ def case_purge(
     ``PurgeRefused`` unless the case is purgeable on ``today`` (default: the date of ``now``).
 
     Kept: the row (reference, account, team, people, status, dates, version, order id and
-    requested date), its events, attempts, operations and proposals. Removed: evidence
-    references, the free-text payload, the texts of its cancellation requests, and the
-    caller's request key (replaced by ``purged-<pk>``, unique per account).
+    kind, and a change that is not personal), its events, attempts, operations and proposals.
+    Removed: evidence references, the free-text payload, a personal change (an address: on the
+    case and, through ``cases.extensions.on_payload_purged``, on its proposals and operations,
+    each keeping its kind), the texts of its cancellation requests, and the caller's request
+    key (replaced by ``purged-<pk>``, unique per account).
     """
     now = now or timezone.now()
     today = today or timezone.localdate(now)
@@ -140,9 +143,15 @@ def case_purge(
         blanked = [name for name in PAYLOAD_FIELDS if getattr(case, name)]
         for name in PAYLOAD_FIELDS:
             setattr(case, name, "")
+        # A personal change (an address) goes with the payload; a date stays.
+        change = kinds.purged(case.change)
+        if change != case.change:
+            case.change, case.order_seen = change, None
+            blanked += ["change", "order_seen"]
+        rows_purged = extensions.on_payload_purged(case)
         case.request_key = f"purged-{case.pk}"
         case.purged_at = now
-        bump_and_save(case, [*PAYLOAD_FIELDS, "request_key", "purged_at"])
+        bump_and_save(case, [*PAYLOAD_FIELDS, "change", "order_seen", "request_key", "purged_at"])
         record_event(
             case=case,
             action=Action.CASE_PURGED,
@@ -155,6 +164,7 @@ def case_purge(
                 "fields_blanked": blanked,
                 "request_key_replaced": True,
                 "cancellation_texts_blanked": cancellation_texts,
+                "change_rows_purged": rows_purged,
                 "retention_until": retention_until.isoformat(),
                 "events_kept": case.events.count(),
             },

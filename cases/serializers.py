@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+import re
+from collections.abc import Callable
+from typing import Any
+
 from django.contrib.auth.base_user import AbstractBaseUser
+from drf_spectacular.utils import (
+    PolymorphicProxySerializer,
+    extend_schema_field,
+    extend_schema_serializer,
+)
 from rest_framework import serializers
 
-from cases import validation
+from cases import kinds, validation
 from cases.models import Attempt, Case, CaseEvent, EvidenceReference
 from cases.next_action import describe_next_action
 from cases.services import MANUAL_TRANSITIONS
@@ -29,19 +39,14 @@ def _text(max_length: int, **kwargs) -> serializers.CharField:
     )
 
 
-def _delivery_date(**kwargs) -> serializers.DateField:
-    return serializers.DateField(validators=[validation.validate_delivery_date], **kwargs)
+class CaseIntakeBaseSerializer(serializers.Serializer):
+    """What every intake names besides its change."""
 
-
-class CaseIntakeSerializer(serializers.Serializer):
     account = _key(
         validation.ACCOUNT_REFERENCE_MAX_LENGTH, help_text="The account reference, e.g. ACC-100"
     )
     request_key = _key(validation.REQUEST_KEY_MAX_LENGTH)
     order_id = _key(validation.ORDER_ID_MAX_LENGTH)
-    requested_date = _delivery_date(
-        help_text="Today or later, within the delivery horizon (DELIVERY_DATE_HORIZON_DAYS)."
-    )
     note = _text(validation.NOTE_MAX_LENGTH, required=False, allow_blank=True, default="")
 
     def validate_account(self, value: str):
@@ -52,6 +57,96 @@ class CaseIntakeSerializer(serializers.Serializer):
             raise serializers.ValidationError(f"Unknown account {value!r}.") from None
 
 
+class CaseIntakeSerializer(CaseIntakeBaseSerializer):
+    """An intake of any kind: the change's own fields are its kind's to check
+    (``cases.kinds.validate``, in ``services.case_open``)."""
+
+    kind = serializers.ChoiceField(choices=[], help_text="The change kind (GET /api/kinds/).")
+    change = serializers.JSONField(help_text="The change, in its kind's shape.")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        kind_field = self.fields["kind"]
+        assert isinstance(kind_field, serializers.ChoiceField)  # noqa: S101 - declared above
+        kind_field.choices = kinds.choices()
+
+    def validate_change(self, value: object) -> dict:
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("Must be an object.")
+        return value
+
+
+def _lazy(build: Callable[[], Any]) -> Any:
+    """A proxy's serializers, built when the schema is generated (the registry is filled by
+    then); typed loosely: drf-spectacular's stubs want one exact container type."""
+    return build
+
+
+def _kind_field(kind: kinds.ChangeKind, **kwargs) -> serializers.Field:
+    """``kind`` naming this one kind in an answer's schema (the discriminator's value), as a
+    pattern: the request's one-value enum is the kind's named enum, and an enum in a second
+    component would give it a second name."""
+    field_class = type(f"{_camel(kind.code)}KindField", (serializers.CharField,), {})
+    schema = {"type": "string", "pattern": f"^{re.escape(kind.code)}$", "description": kind.label}
+    return extend_schema_field(schema)(field_class)(**kwargs)
+
+
+def _camel(code: str) -> str:
+    return "".join(part.title() for part in code.split("_"))
+
+
+@functools.cache
+def intake_serializer_for(kind: kinds.ChangeKind) -> type[serializers.Serializer]:
+    """The intake of one kind, as published in the schema (``POST /api/cases/``)."""
+    return type(
+        f"{_camel(kind.code)}CaseIntakeSerializer",
+        (CaseIntakeBaseSerializer,),
+        {
+            "__doc__": f"An intake of the {kind.code} kind ({kind.label}).",
+            "kind": serializers.ChoiceField(choices=[(kind.code, kind.label)]),
+            "change": kind.serializer(help_text=f"The change ({kind.label})."),
+        },
+    )
+
+
+@functools.cache
+def legacy_intake_serializer_for(kind: kinds.ChangeKind) -> type[serializers.Serializer]:
+    """The older intake body of ``kind`` (its ``legacy_intake`` field instead of ``kind`` and
+    ``change``): still accepted, deprecated in the schema."""
+    serializer = type(
+        f"{_camel(kind.code)}LegacyCaseIntakeSerializer",
+        (CaseIntakeBaseSerializer,),
+        {
+            "__doc__": f"Deprecated: the older intake body of the {kind.code} kind. Send kind "
+            "and change instead.",
+            kind.legacy_intake: kind.legacy_intake_field(),
+        },
+    )
+    return extend_schema_serializer(deprecate_fields=[kind.legacy_intake])(serializer)
+
+
+def intake_request_schema() -> PolymorphicProxySerializer:
+    """``POST /api/cases/``'s body in the schema: one shape per kind, told apart by ``kind``,
+    or a deprecated older body."""
+    by_kind = PolymorphicProxySerializer(
+        component_name="CaseIntakeByKind",
+        serializers=_lazy(
+            lambda: {kind.code: intake_serializer_for(kind) for kind in kinds.kinds()}
+        ),
+        resource_type_field_name="kind",
+    )
+    return PolymorphicProxySerializer(
+        component_name="CaseIntake",
+        serializers=_lazy(
+            lambda: [
+                by_kind,
+                *(legacy_intake_serializer_for(k) for k in kinds.kinds() if k.legacy_intake),
+            ]
+        ),
+        resource_type_field_name=None,
+    )
+
+
 class TransitionRequestSerializer(serializers.Serializer):
     transition = serializers.ChoiceField(choices=[(t, t) for t in MANUAL_TRANSITIONS])
     expected_version = serializers.IntegerField(min_value=1)
@@ -59,7 +154,9 @@ class TransitionRequestSerializer(serializers.Serializer):
 
 
 class PrepareProposalSerializer(serializers.Serializer):
-    delivery_date = _delivery_date()
+    change = serializers.JSONField(
+        help_text="The whole change, of the case's kind (its shape: GET /api/kinds/)."
+    )
     expected_version = serializers.IntegerField(min_value=1)
     reason = _text(validation.SHORT_REASON_MAX_LENGTH, required=False, default="")
 
@@ -146,6 +243,10 @@ class CancellationSerializer(serializers.Serializer):
 
 class CaseListSerializer(serializers.ModelSerializer):
     account = serializers.CharField(source="account.reference")
+    change = serializers.DictField(help_text="The change asked for, in its kind's shape.")
+    change_description = serializers.CharField(
+        help_text="The change in plain words.", read_only=True
+    )
     team = serializers.CharField(source="team.name")
     owner = serializers.SerializerMethodField()
     backup = serializers.SerializerMethodField()
@@ -160,7 +261,9 @@ class CaseListSerializer(serializers.ModelSerializer):
             "account",
             "request_key",
             "order_id",
-            "requested_date",
+            "kind",
+            "change",
+            "change_description",
             "status",
             "version",
             "team",
@@ -229,3 +332,29 @@ class CaseDetailSerializer(CaseListSerializer):
         from cases.actions import allowed_transitions
 
         return allowed_transitions(case, self.context["request"].user)
+
+
+@functools.cache
+def case_detail_serializer_for(kind: kinds.ChangeKind) -> type[serializers.Serializer]:
+    """A case of one kind, as published in the schema (the answers are ``CaseDetailSerializer``
+    for every kind)."""
+    return type(
+        f"{_camel(kind.code)}CaseSerializer",
+        (CaseDetailSerializer,),
+        {
+            "__doc__": f"A case of the {kind.code} kind ({kind.label}).",
+            "kind": _kind_field(kind, read_only=True),
+            "change": kind.serializer(read_only=True),
+        },
+    )
+
+
+def case_response_schema() -> PolymorphicProxySerializer:
+    """A case answer in the schema: one shape per kind, told apart by ``kind``."""
+    return PolymorphicProxySerializer(
+        component_name="Case",
+        serializers=_lazy(
+            lambda: {kind.code: case_detail_serializer_for(kind) for kind in kinds.kinds()}
+        ),
+        resource_type_field_name="kind",
+    )

@@ -22,13 +22,14 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django_fsm import can_proceed
 
-from cases import validation
+from cases import kinds, validation
 from cases.account_events import account_event_record, account_lock
 from cases.attempts import attempts_request_stop
 from cases.codes import AccountAction, Action
 from cases.exceptions import (
     ActionNotPermitted,
     InvalidCaseInput,
+    OpenCaseExists,
     TransitionRejected,
 )
 from cases.extensions import before_evidence_replaced
@@ -138,31 +139,67 @@ def case_transition(
 DRILL_ACCOUNT = "ACC-DRILL"
 
 
-def case_intake(
+def _may_open(actor: Actor, account: CustomerAccount) -> bool:
+    """Workers open cases for the system; a person needs ``add_case`` in the account's team."""
+    team = account.team
+    return (
+        isinstance(actor, Worker)
+        or actor.is_superuser
+        or (actor.has_perm("cases.add_case") and team.members.filter(pk=actor.pk).exists())
+    )
+
+
+def actor_may_open_cases(actor: Actor) -> bool:
+    """Whether ``actor`` may open cases for any account at all (the admin's intake link)."""
+    return isinstance(actor, Worker) or (
+        actor.is_active and (actor.is_superuser or actor.has_perm("cases.add_case"))
+    )
+
+
+def open_case_for(*, account: CustomerAccount, order_id: str, kind: str) -> Case | None:
+    """The open case of ``account`` for ``kind`` of change to ``order_id``, if any."""
+    return Case.objects.open().filter(account=account, order_id=order_id, kind=kind).first()
+
+
+def _open_case_exists(case: Case) -> OpenCaseExists:
+    return OpenCaseExists(
+        f"Order {case.order_id} already has an open {kinds.label_of(case.kind).lower()} case, "
+        f"{case.reference} ({case.get_status_display().lower()}): one open case per order and "
+        "kind of change. Work that case, or cancel it first.",
+        reference=case.reference,
+    )
+
+
+def case_open(
     *,
     actor: Actor,
     account: CustomerAccount,
     request_key: str,
     order_id: str,
-    requested_date: dt.date,
+    kind: str,
+    change: dict[str, Any],
     note: str = "",
     drill: bool = False,
 ) -> tuple[Case, bool]:
-    """Open a case for a customer request, or return the one this request key already opened.
+    """Open a case asking for one ``change`` of one ``kind`` to one order, or return the case
+    this request key already opened (``created`` False).
 
-    The same ``account`` + ``request_key`` never yields a second case, even when two intakes
-    race: the unique constraint decides and the loser returns the winner's case.
+    - The same ``account`` + ``request_key`` never yields a second case, even when two intakes
+      race: the unique constraint decides and the loser returns the winner's case. A person
+      who re-sends another person's request gets that case back and is recorded as one of its
+      authors (``cases.case.request_joined``): four eyes binds whoever asked for a change,
+      however they asked, so they may never approve it.
+    - One open case per account, order and kind (``case_one_open_per_order_kind``): another
+      request for the same kind of change to an order with an open case is refused with
+      ``OpenCaseExists`` naming it. Different kinds on one order may be open together.
+    - ``change`` is validated by its kind (``cases.kinds``) and stored in canonical form.
 
     ``drill=True`` (only ``manage.py drill`` passes it) opens a drill case: it must be on a
     sandbox order and for the drill account (``DRILL_ACCOUNT``); every other intake refuses
     sandbox orders.
     """
     team = account.team
-    if (
-        not isinstance(actor, Worker)
-        and not actor.is_superuser
-        and not (actor.has_perm("cases.add_case") and team.members.filter(pk=actor.pk).exists())
-    ):
+    if not _may_open(actor, account):
         raise ActionNotPermitted(f"{actor_label(actor)} may not open cases for {team}.")
     validation.ensure_valid(
         request_key=validation.key_errors(
@@ -170,6 +207,7 @@ def case_intake(
         ),
         order_id=validation.key_errors(order_id, max_length=validation.ORDER_ID_MAX_LENGTH),
         note=validation.text_errors(note, max_length=validation.NOTE_MAX_LENGTH),
+        kind=[] if kind in kinds.codes() else [f"One of {', '.join(kinds.codes())}."],
     )
     # The capability probe really changes its sandbox orders: no case may ever refer to one.
     reserved = {order.casefold() for order in settings.ORDER_SYSTEM_SANDBOX_ORDERS}
@@ -186,14 +224,17 @@ def case_intake(
         )
     existing = Case.objects.filter(account=account, request_key=request_key).first()
     if existing is not None:
-        return existing, False
+        return _request_resent(existing, actor), False
     # Checked after the lookup: a re-sent intake finds its case even once its date has passed.
-    validation.ensure_valid(requested_date=validation.delivery_date_errors(requested_date))
+    validation.ensure_valid(**kinds.validate(kind, change))
+    change = kinds.get(kind).canonical(change)
     if team.default_owner_id is None:
         raise InvalidCaseInput(
             f"Team {team} has no default owner to take the case.",
             fields={"account": [f"Team {team} has no support lead to own new cases."]},
         )
+    if (open_case := open_case_for(account=account, order_id=order_id, kind=kind)) is not None:
+        raise _open_case_exists(open_case)
     try:
         with transaction.atomic():
             number = counter_next("case_number")
@@ -203,7 +244,8 @@ def case_intake(
                 account=account,
                 request_key=request_key,
                 order_id=order_id,
-                requested_date=requested_date,
+                kind=kind,
+                change=change,
                 note=note,
                 team=team,
                 owner_id=team.default_owner_id,
@@ -221,7 +263,11 @@ def case_intake(
                 actor=actor,
                 reason="Customer request received",
                 to_status=case.status,
-                detail={"request_key": request_key, "order_id": order_id},
+                detail={
+                    "request_key": request_key,
+                    "order_id": order_id,
+                    "change": kinds.audit_detail(change),
+                },
             )
             if can_proceed(case.request_source_check):
                 apply_transition(
@@ -234,9 +280,12 @@ def case_intake(
                 enqueue_on_commit("reconciliation.tasks.source_check", case.pk)
     except IntegrityError:
         existing = Case.objects.filter(account=account, request_key=request_key).first()
-        if existing is None:
+        if existing is not None:
+            return _request_resent(existing, actor), False
+        open_case = open_case_for(account=account, order_id=order_id, kind=kind)
+        if open_case is None:
             raise
-        return existing, False
+        raise _open_case_exists(open_case) from None
     return case, True
 
 
@@ -245,6 +294,32 @@ def _staff_member(actor: Actor):
     worker, the system or an integration's API user opens it for nobody to be told."""
     person = user_or_none(actor)
     return person if person is not None and person.is_staff else None
+
+
+def _request_resent(case: Case, actor: Actor) -> Case:
+    """The case a re-sent request found. A person who had not asked for it before (opened it
+    or re-sent it) joins it: recorded on its trail, and an author of its intent from then on
+    (``approvals`` reads the event), so four eyes holds however they asked."""
+    if isinstance(actor, Worker):
+        return case
+    asked = case.events.filter(
+        action__in=[Action.CASE_CREATED, Action.CASE_REQUEST_JOINED], actor=actor
+    )
+    if asked.exists():
+        return case
+    with case_step(case, actor=actor) as locked:
+        if not locked.events.filter(
+            action__in=[Action.CASE_CREATED, Action.CASE_REQUEST_JOINED], actor=actor
+        ).exists():
+            record_fact(
+                case=locked,
+                action=Action.CASE_REQUEST_JOINED,
+                actor=actor,
+                reason=f"{actor_label(actor)} re-sent request {locked.request_key}: an author "
+                "of this change, who may not approve it",
+                detail={"request_key": locked.request_key},
+            )
+    return Case.objects.get(pk=case.pk)
 
 
 # --- ownership and follow-up ----------------------------------------------------------------

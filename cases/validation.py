@@ -8,12 +8,9 @@ fields (DRF turns it into a field error).
 
 from __future__ import annotations
 
-import datetime as dt
 import unicodedata
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.utils import timezone
 
 from cases.exceptions import InvalidCaseInput
 
@@ -94,27 +91,6 @@ def text_errors(value: str, *, max_length: int, required: bool = False) -> list[
     return []
 
 
-def delivery_horizon(today: dt.date | None = None) -> tuple[dt.date, dt.date]:
-    """The earliest and latest delivery date accepted today (both inclusive)."""
-    today = today or timezone.localdate()
-    return today, today + dt.timedelta(days=settings.DELIVERY_DATE_HORIZON_DAYS)
-
-
-def delivery_date_errors(value: dt.date, *, today: dt.date | None = None) -> list[str]:
-    """A delivery date: not in the past and within ``DELIVERY_DATE_HORIZON_DAYS``."""
-    if not isinstance(value, dt.date) or isinstance(value, dt.datetime):
-        return ["Must be a date."]
-    earliest, latest = delivery_horizon(today)
-    if value < earliest:
-        return [f"{value.isoformat()} is in the past; the earliest is {earliest.isoformat()}."]
-    if value > latest:
-        return [
-            f"{value.isoformat()} is beyond the {settings.DELIVERY_DATE_HORIZON_DAYS}-day "
-            f"horizon; the latest is {latest.isoformat()}."
-        ]
-    return []
-
-
 def order_version_errors(value: int | None) -> list[str]:
     if value is None:
         return []
@@ -169,11 +145,6 @@ class TextValidator:
 
     def __hash__(self) -> int:
         return hash((TextValidator, self.max_length))
-
-
-def validate_delivery_date(value: dt.date) -> None:
-    if messages := delivery_date_errors(value):
-        raise ValidationError(messages)
 
 
 def parse_id(value: str | None) -> int | None:

@@ -1,6 +1,6 @@
-"""``make run``: the development stack. Migrate, load the D-41 demo, start the web app, the
-worker cluster and the reference order system with fault injection on, print where they are, and
-stop them all cleanly on Ctrl-C.
+"""``make run``: the development stack. Migrate, load the demo (a case per kind), start the web
+app, the worker cluster and the reference order system with fault injection on, print where
+they are, and stop them all cleanly on Ctrl-C.
 
 It refuses ``DJANGO_ENV=production``: the demo prints a shared password and an API token, and
 fault injection exposes endpoints that delete every row. Both sides share one credential:
@@ -82,7 +82,7 @@ def main() -> int:
     shutil.rmtree(metrics_dir, ignore_errors=True)
     metrics_dir.mkdir(parents=True)
 
-    print("Preparing databases and the D-41 demo…", flush=True)
+    print("Preparing databases and the demo (D-41, D-42, D-43: one case per kind)…", flush=True)
     _run("manage.py", "migrate", "--no-input", "-v", "0", env=env)
     _run("-m", "orders", "migrate", "--no-input", "-v", "0", env=env)
     _run("-m", "orders", "seed_demo", env=env)

@@ -319,6 +319,9 @@ ORDER_SYSTEM_SANDBOX_ORDERS = env_list("ORDER_SYSTEM_SANDBOX_ORDERS", ["ORD-PROB
 APPROVAL_GRANT_KEY = _secret("APPROVAL_GRANT_KEY", "dev-approval-grant-key")
 # Shared with the order system: it signs the webhooks Holdfast receives.
 ORDER_WEBHOOK_SECRET = _secret("ORDER_WEBHOOK_SECRET", "dev-webhook-secret")
+# A webhook's signed timestamp may be this far from Holdfast's clock, either way (seconds):
+# an older delivery is a replay, refused 401 (the order system signs every attempt anew).
+ORDER_WEBHOOK_TOLERANCE_SECONDS = env_int("ORDER_WEBHOOK_TOLERANCE_SECONDS", 300, minimum=1)
 # Shared with the order system: the bearer credential on every call Holdfast makes to it (the
 # order system reads the same value as ORDERS_API_TOKEN).
 ORDER_SYSTEM_TOKEN = _secret("ORDER_SYSTEM_TOKEN", "dev-order-system-token")
@@ -328,6 +331,16 @@ CASE_RETENTION_DAYS = env_int("CASE_RETENTION_DAYS", 365, minimum=1)
 CASE_REFERENCE_PREFIX = env_str("CASE_REFERENCE_PREFIX", "D")
 # A delivery date asked for or proposed is today or later, and at most this many days ahead.
 DELIVERY_DATE_HORIZON_DAYS = env_int("DELIVERY_DATE_HORIZON_DAYS", 365, minimum=1)
+# The change kinds this desk offers (``cases.kinds``): dotted paths of ChangeKind classes,
+# registered in this order when the cases app is ready.
+HOLDFAST_CHANGE_KINDS = env_list(
+    "HOLDFAST_CHANGE_KINDS",
+    [
+        "cases.kinds.delivery_date.DeliveryDate",
+        "cases.kinds.shipping_address.ShippingAddress",
+        "cases.kinds.order_cancellation.OrderCancellation",
+    ],
+)
 
 # --- django-q2 -----------------------------------------------------------------------------
 # One retry layer: Holdfast's services decide about retries. django-q2 must neither re-deliver

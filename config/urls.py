@@ -7,6 +7,7 @@ from rest_framework.routers import DefaultRouter
 from approvals.api import CaseWithProposalsViewSet, ProposalViewSet
 from cases import live
 from config import health, metrics
+from reconciliation.api import ChangeKindViewSet
 
 # No ``.json`` suffix routes: the API speaks JSON only, and suffixed @action routes were 500s.
 router = DefaultRouter()
@@ -14,6 +15,7 @@ router.include_format_suffixes = False
 # The kernel's case API (cases.api.CaseViewSet) with approvals' POST .../proposals/ added.
 router.register("cases", CaseWithProposalsViewSet, basename="case")
 router.register("proposals", ProposalViewSet, basename="proposal")
+router.register("kinds", ChangeKindViewSet, basename="kind")
 
 urlpatterns = [
     # Probes (config.health): unauthenticated, never cached, exempt from the HTTPS redirect.

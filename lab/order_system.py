@@ -9,6 +9,13 @@ Database: if ``TEST_DATABASE_URL`` or ``DATABASE_URL`` is a PostgreSQL URL, a fr
 ``holdfast_orders_test_<pid>_<n>`` is created on that server and dropped on ``stop()``;
 otherwise a temporary SQLite file. Fault injection and the ``/_testing/`` endpoints are on.
 
+Change kinds: by default the process accepts the three built-in kinds; ``change_kinds=[...]``
+enables only those (``ORDERS_CHANGE_KINDS``), ``extra_kinds=[...]`` loads plug-in handler modules
+(``ORDERS_EXTRA_KINDS``; ``tests.support.order_system.GIFT_MESSAGE_KIND`` is a test-only
+fourth kind). ``seed`` creates
+orders with a ``status`` and ``shipping_address`` (``SEED_ADDRESS`` unless given, ``None`` for
+none); ``set_order`` changes an order's status or address as the world outside would.
+
 Credential: the process checks ``ORDERS_API_TOKEN`` = ``DEFAULT_API_TOKEN``, which is what
 Holdfast's test settings send (``ORDER_SYSTEM_TOKEN`` from the environment, else its development
 default); ``client`` and every helper here send it, raw calls add ``auth_headers``.
@@ -16,6 +23,8 @@ default); ``client`` and every helper here send it, raw calls add ``auth_headers
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import itertools
 import os
 import re
@@ -31,9 +40,13 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 __all__ = [
+    "WEBHOOK_SIGNATURE_HEADER",
+    "WEBHOOK_TIMESTAMP_HEADER",
+    "webhook_headers",
     "DEFAULT_API_TOKEN",
     "DEFAULT_GRANT_KEY",
     "DEFAULT_WEBHOOK_SECRET",
+    "SEED_ADDRESS",
     "OrderSystemProcess",
 ]
 
@@ -42,6 +55,36 @@ DEFAULT_GRANT_KEY = "test-approval-grant-key"
 DEFAULT_WEBHOOK_SECRET = "test-webhook-secret"  # noqa: S105 - a test-only value
 # The same value Holdfast's settings give ORDER_SYSTEM_TOKEN under test (config/settings.py).
 DEFAULT_API_TOKEN = os.environ.get("ORDER_SYSTEM_TOKEN") or "dev-order-system-token"
+# The address the order system gives a seeded order that names none (``orders.services``'
+# ``SEED_ADDRESS``; tests/orders checks the two are the same).
+SEED_ADDRESS = {
+    "name": "Goods In",
+    "line1": "1 Dock Road",
+    "line2": "",
+    "city": "Bristol",
+    "postal_code": "BS1 6XX",
+    "country": "GB",
+}
+_KEEP: Any = object()
+WEBHOOK_SIGNATURE_HEADER = "X-Orders-Signature"
+WEBHOOK_TIMESTAMP_HEADER = "X-Orders-Timestamp"
+
+
+def webhook_headers(
+    body: bytes, *, secret: str = DEFAULT_WEBHOOK_SECRET, at: int | None = None
+) -> dict[str, str]:
+    """The headers the order system signs a webhook delivery with (``orders/outbox.py``):
+    ``X-Orders-Timestamp: <at>`` and ``X-Orders-Signature: t=<at>,sha256=<hex HMAC-SHA256(secret,
+    "<at>." + body)>``, signed at ``at`` (unix seconds; default now)."""
+    timestamp = int(time.time()) if at is None else at
+    signed = f"{timestamp}.".encode("ascii") + body
+    digest = hmac.new(secret.encode("utf-8"), signed, hashlib.sha256).hexdigest()
+    return {
+        WEBHOOK_TIMESTAMP_HEADER: str(timestamp),
+        WEBHOOK_SIGNATURE_HEADER: f"t={timestamp},sha256={digest}",
+    }
+
+
 _READY = re.compile(r"Order system: (http://[^\s/]+)/")
 _counter = itertools.count(1)
 
@@ -65,13 +108,20 @@ class OrderSystemProcess:
         webhook_url: str = "",
         api_token: str = DEFAULT_API_TOKEN,
         extra_env: dict[str, str] | None = None,
+        change_kinds: list[str] | None = None,
+        extra_kinds: list[str] | None = None,
         startup_timeout: float = 30.0,
     ) -> None:
         self.api_token = api_token
         self.grant_key = grant_key
         self.webhook_secret = webhook_secret
         self.webhook_url = webhook_url
-        self.extra_env = dict(extra_env or {})
+        kinds_env = {}
+        if change_kinds is not None:
+            kinds_env["ORDERS_CHANGE_KINDS"] = ",".join(change_kinds)
+        if extra_kinds is not None:
+            kinds_env["ORDERS_EXTRA_KINDS"] = ",".join(extra_kinds)
+        self.extra_env = {**kinds_env, **(extra_env or {})}
         self.startup_timeout = startup_timeout
         self.base_url = ""
         self.database_url = ""
@@ -221,9 +271,37 @@ class OrderSystemProcess:
         slots: list[dict] | None = None,
     ) -> dict:
         """Upsert rows: accounts ``{account_id, name, access_active}``, orders
-        ``{order_id, account_id, delivery_date, version?}``, slots ``{date, capacity, taken?}``."""
+        ``{order_id, account_id, delivery_date, version?, status?, shipping_address?}`` (a new
+        order is ``open`` with ``SEED_ADDRESS`` unless it names its own or ``None``), slots
+        ``{date, capacity, taken?}``. Nothing seeded bumps a version or writes an event."""
         body = {"accounts": accounts or [], "orders": orders or [], "slots": slots or []}
         return self._call("POST", "/_testing/seed", json=body)
+
+    def set_order(
+        self,
+        order_id: str,
+        *,
+        status: str | None = None,
+        shipping_address: dict | None = _KEEP,
+        bump_version: bool = True,
+    ) -> dict:
+        """Change an order as the world outside Holdfast would (e.g. ``status="shipped"``, or
+        another address; ``shipping_address=None`` removes it). By default its version moves
+        on and an ``order.updated`` event goes out; ``bump_version=False`` changes only the
+        fields (the receiver then refuses at an unchanged version). Returns the order."""
+        body: dict[str, Any] = {"bump_version": bump_version}
+        if status is not None:
+            body["status"] = status
+        if shipping_address is not _KEEP:
+            body["shipping_address"] = shipping_address
+        return self._call("POST", f"/_testing/orders/{order_id}", json=body)
+
+    def order(self, order_id: str) -> dict:
+        """``GET /orders/{order_id}``: what Holdfast reads."""
+        return self._call("GET", f"/orders/{order_id}")
+
+    def capabilities(self) -> dict:
+        return self._call("GET", "/capabilities")
 
     def set_fault(self, kind: str, **options: Any) -> dict:
         """Add a fault rule: ``drop_after_commit``, ``delay_after_commit`` (``seconds``),
@@ -246,6 +324,11 @@ class OrderSystemProcess:
 
     def outbox(self) -> list[dict]:
         return self._call("GET", "/_testing/outbox")["events"]
+
+    def resend_event(self, event_id: str) -> dict:
+        """Resend one outbox event by hand, as ``orders_resend_event`` does (same id and body,
+        signed anew): ``{event_id, accepted, error}``."""
+        return self._call("POST", f"/_testing/outbox/{event_id}/resend")
 
     def set_access(self, account_id: str, active: bool) -> dict:
         path = f"/_testing/accounts/{account_id}/access"

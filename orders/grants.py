@@ -41,6 +41,11 @@ def _b64decode(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
+def canonical(data: object) -> str:
+    """The canonical JSON both sides compare changes by (sorted keys, no spaces)."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
 def _signature(key: str, payload_b64: str) -> str:
     message = f"{PREFIX}.{payload_b64}".encode("ascii")
     return _b64encode(hmac.new(key.encode("utf-8"), message, hashlib.sha256).digest())
@@ -62,8 +67,7 @@ def grant_issue(
         "operation_key": operation_key,
         "order_id": order_id,
     }
-    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    payload_b64 = _b64encode(canonical.encode("utf-8"))
+    payload_b64 = _b64encode(canonical(payload).encode("utf-8"))
     return f"{PREFIX}.{payload_b64}.{_signature(key, payload_b64)}"
 
 
@@ -72,11 +76,19 @@ def _invalid(detail: str) -> Refused:
 
 
 def grant_verify(
-    token: str, *, key: str, operation_key: str, order_id: str, change: dict, now: datetime
+    token: str,
+    *,
+    key: str,
+    operation_key: str,
+    order_id: str,
+    change: dict,
+    now: datetime | None,
 ) -> Grant:
-    """The grant if it is signed with ``key``, names exactly this operation, order and change,
-    and has not expired at ``now`` (this system's clock); otherwise ``Refused``
-    (``approval_invalid`` before ``approval_expired``: an expiry is only believed when signed)."""
+    """The grant if it is signed with ``key``, names exactly this operation, order and change
+    (the whole change, by canonical equality), and has not expired at ``now`` (this system's
+    clock; ``None``: expiry not judged, for a replay of an operation applied while the grant
+    was valid); otherwise ``Refused`` (``approval_invalid`` before ``approval_expired``: an
+    expiry is only believed when signed)."""
     if not key:
         raise _invalid("No grant key is configured: no grant can be verified.")
     parts = token.split(".")
@@ -100,7 +112,7 @@ def grant_verify(
         raise _invalid("The approval grant is for another operation.")
     if payload["order_id"] != order_id:
         raise _invalid("The approval grant is for another order.")
-    if payload["change"] != change:
+    if canonical(payload["change"]) != canonical(change):
         raise _invalid("The approval grant approves another change.")
     if not isinstance(payload["approval_id"], str) or not payload["approval_id"]:
         raise _invalid("The approval grant names no approval.")
@@ -108,7 +120,7 @@ def grant_verify(
         expires_at = datetime.strptime(payload["expires_at"], EXPIRES_FORMAT).replace(tzinfo=UTC)
     except (TypeError, ValueError):
         raise _invalid("The approval grant's expiry is unreadable.") from None
-    if now >= expires_at:
+    if now is not None and now >= expires_at:
         raise Refused(
             403, "approval_expired", f"The approval grant expired at {payload['expires_at']}."
         )

@@ -18,13 +18,24 @@ class Account(models.Model):
 class Order(models.Model):
     """An order; ``fence_token`` is the highest fencing token seen for it (the fence).
 
-    Invariant: ``version`` grows by exactly one per applied operation, and ``fence_token`` never
-    decreases.
+    Invariants: ``version`` grows by exactly one per applied operation, ``fence_token`` never
+    decreases, and only an ``open`` order is changed by an operation (a cancelled one never
+    again). ``shipping_address`` is ``{name, line1, line2, city, postal_code, country}``
+    (``line2`` "" when there is none) or ``None`` when none is on record; ``extra`` holds the
+    values of plug-in change kinds (``orders.kinds``).
     """
+
+    class Status(models.TextChoices):
+        OPEN = "open"
+        SHIPPED = "shipped"
+        CANCELLED = "cancelled"
 
     order_id = models.CharField(primary_key=True, max_length=64)
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="orders")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.OPEN)
     delivery_date = models.DateField()
+    shipping_address = models.JSONField(null=True, blank=True)
+    extra = models.JSONField(default=dict, blank=True)
     version = models.PositiveIntegerField(default=1)
     fence_token = models.BigIntegerField(default=0)
 
@@ -32,11 +43,14 @@ class Order(models.Model):
         return self.order_id
 
     def as_json(self) -> dict:
+        """The contract's fields (``GET /orders/{id}`` adds the plug-in kinds' own)."""
         return {
             "order_id": self.order_id,
             "account_id": self.account_id,
-            "delivery_date": self.delivery_date.isoformat(),
             "version": self.version,
+            "status": self.status,
+            "delivery_date": self.delivery_date.isoformat(),
+            "shipping_address": self.shipping_address,
         }
 
 

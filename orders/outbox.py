@@ -1,9 +1,12 @@
 """Webhook delivery from the outbox: at least once, in any order, resendable by hand.
 
-Each POST carries the event's canonical JSON as the raw body, ``X-Orders-Event-Id`` and
-``X-Orders-Signature: sha256=<hex HMAC-SHA256(ORDER_WEBHOOK_SECRET, raw body)>``. A 2xx marks
-the event delivered; anything else schedules another try with exponential backoff. No HTTP
-call ever runs inside a database transaction.
+Each POST carries the event's canonical JSON as the raw body (the same bytes every time),
+``X-Orders-Event-Id``, ``X-Orders-Timestamp: <unix seconds>`` and
+``X-Orders-Signature: t=<same seconds>,sha256=<hex HMAC-SHA256(ORDER_WEBHOOK_SECRET,
+"<seconds>." + raw body)>``, signed at each attempt (a resend by hand too): the receiver refuses
+a timestamp far from its clock, so a captured delivery cannot be replayed later. A 2xx marks the
+event delivered; anything else schedules another try with exponential backoff. No HTTP call ever
+runs inside a database transaction.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import hmac
 import json
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -27,6 +31,7 @@ logger = logging.getLogger(__name__)
 
 EVENT_ID_HEADER = "X-Orders-Event-Id"
 SIGNATURE_HEADER = "X-Orders-Signature"
+TIMESTAMP_HEADER = "X-Orders-Timestamp"
 
 
 def event_body(event: OutboxEvent) -> bytes:
@@ -34,8 +39,11 @@ def event_body(event: OutboxEvent) -> bytes:
     return json.dumps(event.payload, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
-def event_signature(body: bytes, *, secret: str) -> str:
-    return "sha256=" + hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
+def event_signature(body: bytes, *, secret: str, timestamp: int) -> str:
+    """``t=<timestamp>,sha256=<hex>``: the HMAC covers the timestamp and the raw body."""
+    signed = f"{timestamp}.".encode("ascii") + body
+    digest = hmac.new(secret.encode("utf-8"), signed, hashlib.sha256).hexdigest()
+    return f"t={timestamp},sha256={digest}"
 
 
 def backoff_seconds(attempts: int) -> float:
@@ -53,10 +61,14 @@ def _client() -> httpx.Client:
 def _post(client: httpx.Client, event: OutboxEvent) -> str | None:
     """POST the event once; ``None`` on a 2xx, else a short description of the failure."""
     body = event_body(event)
+    timestamp = int(time.time())  # now: every attempt is signed when it is sent
     headers = {
         "Content-Type": "application/json",
         EVENT_ID_HEADER: event.event_id,
-        SIGNATURE_HEADER: event_signature(body, secret=settings.ORDER_WEBHOOK_SECRET),
+        TIMESTAMP_HEADER: str(timestamp),
+        SIGNATURE_HEADER: event_signature(
+            body, secret=settings.ORDER_WEBHOOK_SECRET, timestamp=timestamp
+        ),
     }
     try:
         response = client.post(settings.ORDERS_WEBHOOK_URL, content=body, headers=headers)

@@ -1,54 +1,53 @@
 """The order system's business rules: the only code that changes orders, slots and fences.
 
-``operation_apply`` is the receiving contract's heart. It locks the order row and, in the one
-transaction that would apply the change, checks in this order: the operation key (replay or
-``key_reused``), the fencing token against the order's fence, the approval grant, the expected
-order version, the account's access and the slot's capacity. Every refusal raises ``Refused``
-before anything is written, so a refusal changes nothing -- not even the fence. A successful
-apply raises the fence to the token used, moves the slot, bumps the version, records the
-operation with its first answer and writes the outbox event, all in that transaction.
+``operation_apply`` is the receiving contract's heart (KINDS-CONTRACT "POST
+/orders/{id}/operations"). It never names a change kind's field: the request's ``change`` is
+parsed by the handler of its ``kind`` (``orders.kinds``), and then, in the one transaction that
+would apply it and in this order, it locks the order row and checks the operation key (a replay
+-- answered only once its grant verifies for this key, order and change, expiry aside -- or
+``key_reused``), the fencing token against the order's fence, the approval grant (the whole
+change), the expected order version, the account's access and that the order is open; then the
+kind's own check and its apply. Every refusal raises ``Refused`` and rolls the transaction back,
+so a refusal changes nothing -- not even the fence or a slot a kind's check took. A successful
+apply raises the fence to the token used, writes the kind's order fields, bumps the version,
+records the operation (its change exactly as received) with its first answer and writes the
+outbox event, all in that transaction.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, connection, models, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
+from orders import sql
 from orders.exceptions import Refused, invalid
 from orders.faults import search_lag_seconds
-from orders.grants import grant_verify
+from orders.grants import Grant, canonical, grant_verify
+from orders.kinds import ADDRESS_FIELDS, OPEN, address_errors, exact_date, kind_for, kinds
 from orders.models import Account, AppliedOperation, FaultRule, Order, OutboxEvent, Slot
 
 MAX_KEY_LENGTH = 200
+CAPABILITIES = {
+    "idempotency_keys": True,
+    "fencing": True,
+    "version_check": True,
+    "approval_grants": True,
+    "consistent_lookup": True,
+    "fence_endpoint": True,
+}
 
 
 def isoformat_z(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def _canonical(data: dict) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"))
-
-
-def _parse_date(value: object) -> date | None:
-    """A date only from its exact ``YYYY-MM-DD`` spelling."""
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = date.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.isoformat() == value else None
 
 
 def _int_at_least(value: object, minimum: int) -> int | None:
@@ -60,20 +59,21 @@ def _int_at_least(value: object, minimum: int) -> int | None:
 
 @dataclass(frozen=True)
 class OperationRequest:
+    """A well-formed request: ``change`` exactly as received, ``parsed`` its kind's reading."""
+
     order_id: str
     operation_key: str
-    delivery_date: date
+    change: dict
+    kind: Any
+    parsed: dict
     expected_version: int
     fencing_token: int
     approval_grant: str
 
     @property
-    def change(self) -> dict:
-        return {"delivery_date": self.delivery_date.isoformat()}
-
-    @property
     def body_hash(self) -> str:
-        """The hash of the operation's intent: order, key, exact change and expected version.
+        """The hash of the operation's intent: order, key, the whole change and the expected
+        version.
 
         The fencing token and the grant identify the attempt and its authority, not the
         operation, so a later attempt that resends the same operation gets the first result.
@@ -84,14 +84,38 @@ class OperationRequest:
             "change": self.change,
             "expected_version": self.expected_version,
         }
-        return hashlib.sha256(_canonical(intent).encode("utf-8")).hexdigest()
+        return hashlib.sha256(canonical(intent).encode("utf-8")).hexdigest()
 
 
 OPERATION_KEY_PATTERN = re.compile(r"[A-Za-z0-9._:-]+")
 
 
+def _change_parse(change: object, fields: dict[str, str]) -> tuple[Any, dict] | None:
+    """The change's handler and parsed fields; a bad field is added to ``fields`` (``None``).
+
+    A kind this system does not accept is ``unsupported_kind`` at once: without its handler
+    nothing else of the change can be judged.
+    """
+    if not isinstance(change, dict):
+        fields["change"] = "Must be an object with a kind and that kind's fields."
+        return None
+    code = change.get("kind")
+    if not isinstance(code, str) or not code:
+        fields["change.kind"] = "Must be the change's kind (a string)."
+        return None
+    handler = kind_for(code)
+    try:
+        return handler, handler.parse(change)
+    except Refused as refusal:
+        if refusal.code != "invalid_field":
+            raise
+        fields.update(refusal.fields or {"change": refusal.detail})
+        return None
+
+
 def operation_request_parse(*, order_id: str, body: object) -> OperationRequest:
-    """A well-formed request, or ``Refused`` ``invalid_field`` naming every bad field."""
+    """A well-formed request, or ``Refused``: ``unsupported_kind``, or ``invalid_field`` naming
+    every bad field (dotted: ``change.address.country``)."""
     if not isinstance(body, dict):
         raise invalid({"body": "Must be a JSON object."})
     fields: dict[str, str] = {}
@@ -110,13 +134,7 @@ def operation_request_parse(*, order_id: str, body: object) -> OperationRequest:
             f"Must be 1 to {MAX_KEY_LENGTH} characters of letters, digits, '.', '_', ':' or '-'."
         )
     change = body.get("change")
-    delivery_date = None
-    if not isinstance(change, dict) or set(change) != {"delivery_date"}:
-        fields["change"] = "Must be an object with exactly one field, delivery_date."
-    else:
-        delivery_date = _parse_date(change["delivery_date"])
-        if delivery_date is None:
-            fields["change.delivery_date"] = "Must be a date written YYYY-MM-DD."
+    kind_and_parsed = _change_parse(change, fields)
     expected_version = _int_at_least(body.get("expected_version"), 1)
     if expected_version is None:
         fields["expected_version"] = "Must be a positive integer."
@@ -132,16 +150,20 @@ def operation_request_parse(*, order_id: str, body: object) -> OperationRequest:
     if (
         fields
         or key is None
-        or delivery_date is None
+        or kind_and_parsed is None
+        or not isinstance(change, dict)
         or expected_version is None
         or token is None
         or grant is None
     ):
         raise invalid(fields)
+    handler, parsed = kind_and_parsed
     return OperationRequest(
         order_id=order_id,
         operation_key=key,
-        delivery_date=delivery_date,
+        change=change,
+        kind=handler,
+        parsed=parsed,
         expected_version=expected_version,
         fencing_token=token,
         approval_grant=grant,
@@ -158,97 +180,43 @@ def _unknown_order(order_id: str) -> Refused:
     return Refused(404, "unknown_order", f"There is no order {order_id}.")
 
 
-class LockedOrder(NamedTuple):
-    """The order row ``_lock_order`` read (and locked), with its account's access."""
+@dataclass(frozen=True)
+class LockedOrder:
+    """The order row ``_lock_order`` read (and locked), with its account's access; what a
+    change kind's ``check`` and ``apply`` see (``orders.kinds.OrderRow``)."""
 
     order_id: str
     account_id: str
+    status: str
     delivery_date: date
+    shipping_address: dict | None
+    extra: dict
     version: int
     fence_token: int
     access_active: bool
 
 
-# The write path speaks SQL of its own: these few statements are what the ORM sent for the
-# same calls (same tables, columns, conditions and lock), without building and compiling a
-# query per statement on every request -- most of a write's CPU went there. Identifiers are
-# double-quoted, which both SQLite and PostgreSQL read; values go as parameters, adapted by
-# the model fields exactly as the ORM adapts them (``_db``).
-_LOCK_SQL = (
-    'SELECT "orders_order"."order_id", "orders_order"."account_id", '
-    '"orders_order"."delivery_date", "orders_order"."version", "orders_order"."fence_token", '
-    '"orders_account"."access_active" FROM "orders_order" INNER JOIN "orders_account" '
-    'ON ("orders_order"."account_id" = "orders_account"."account_id") '
-    'WHERE "orders_order"."order_id" = %s'
-)
-# ``select_for_update(of=("self",))``: PostgreSQL locks the order row only; SQLite has no row
-# locks (its IMMEDIATE transactions serialise every writer), so the clause is left out there.
-_LOCK_CLAUSE = ' FOR UPDATE OF "orders_order"'
-_APPLIED_SQL = (
-    'SELECT "body_hash", "result" FROM "orders_appliedoperation" WHERE "operation_key" = %s'
-)
-_SLOT_TAKE_SQL = (
-    'UPDATE "orders_slot" SET "taken" = ("orders_slot"."taken" + 1) '
-    'WHERE ("orders_slot"."date" = %s AND "orders_slot"."taken" < ("orders_slot"."capacity"))'
-)
-_SLOT_FREE_SQL = (
-    'UPDATE "orders_slot" SET "taken" = ("orders_slot"."taken" - 1) '
-    'WHERE ("orders_slot"."date" = %s AND "orders_slot"."taken" > 0)'
-)
-_ORDER_UPDATE_SQL = (
-    'UPDATE "orders_order" SET "fence_token" = %s, "delivery_date" = %s, "version" = %s '
-    'WHERE "orders_order"."order_id" = %s'
-)
-_FENCE_UPDATE_SQL = (
-    'UPDATE "orders_order" SET "fence_token" = %s WHERE "orders_order"."order_id" = %s'
-)
-_APPLIED_INSERT_SQL = (
-    'INSERT INTO "orders_appliedoperation" ("operation_key", "order_id", "body_hash", '
-    '"change", "status", "order_version", "fencing_token", "approval_id", "result", '
-    '"created_at", "searchable_at") VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)'
-)
-_EVENT_INSERT_SQL = (
-    'INSERT INTO "orders_outboxevent" ("event_id", "type", "order_id", "order_version", '
-    '"occurred_at", "payload", "delivered_at", "attempts", "next_attempt_at", "last_error") '
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-)
-
-
-def _db(model: type[models.Model], field: str, value: object) -> Any:
-    """``value`` as the ORM would send it for ``model.field`` (dates, datetimes, JSON)."""
-    return _FIELDS[model, field].get_db_prep_save(value, connection)
-
-
-_FIELDS: dict[tuple[type[models.Model], str], Any] = {
-    (model, field.name): field
-    for model in (Order, Slot, AppliedOperation, OutboxEvent)
-    for field in model._meta.concrete_fields
-}
-
-
-def _saved(cursor, what: str) -> None:
-    """What ``save(update_fields=...)`` says when the row it updates is gone."""
-    if cursor.rowcount != 1:
-        raise DatabaseError(f"Save with update_fields did not affect any rows ({what}).")
-
-
 def _lock_order(order_id: str) -> LockedOrder:
     """The order row, locked until the transaction ends, with its account's access."""
-    sql = _LOCK_SQL + (_LOCK_CLAUSE if connection.features.has_select_for_update_of else "")
+    statement = sql.LOCK_SQL + (
+        sql.LOCK_CLAUSE if connection.features.has_select_for_update_of else ""
+    )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [order_id])
+        cursor.execute(statement, [order_id])
         row = cursor.fetchone()
     if row is None:
         raise _unknown_order(order_id)
-    oid, account_id, delivery_date, version, fence_token, access_active = row
+    oid, account_id, status, delivery_date, address, extra, version, fence_token, active = row
     return LockedOrder(
         order_id=oid,
         account_id=account_id,
-        # SQLite hands back the date's text; DateField reads it as the ORM does.
-        delivery_date=_FIELDS[Order, "delivery_date"].to_python(delivery_date),
+        status=status,
+        delivery_date=sql.from_db(Order, "delivery_date", delivery_date),
+        shipping_address=sql.from_db(Order, "shipping_address", address),
+        extra=sql.from_db(Order, "extra", extra) or {},
         version=version,
         fence_token=fence_token,
-        access_active=bool(access_active),
+        access_active=bool(active),
     )
 
 
@@ -272,6 +240,19 @@ def _key_reused(key: str) -> Refused:
     return Refused(422, "key_reused", f"Operation key {key} was already used for another body.")
 
 
+def _grant_check(request: OperationRequest, *, now: datetime | None) -> Grant:
+    """The request's grant, verified against this key, order and whole change (and its expiry
+    at ``now`` unless ``None``), or ``Refused`` ``approval_invalid`` / ``approval_expired``."""
+    return grant_verify(
+        request.approval_grant,
+        key=settings.APPROVAL_GRANT_KEY,
+        operation_key=request.operation_key,
+        order_id=request.order_id,
+        change=request.change,
+        now=now,
+    )
+
+
 def _operation_apply_locked(request: OperationRequest) -> Outcome:
     order = _lock_order(request.order_id)
     # The clock is read once the lock is held: a request that waited on the lock is judged
@@ -282,13 +263,17 @@ def _operation_apply_locked(request: OperationRequest) -> Outcome:
 
     if idempotent:
         with connection.cursor() as cursor:
-            cursor.execute(_APPLIED_SQL, [request.operation_key])
+            cursor.execute(sql.APPLIED_SQL, [request.operation_key])
             existing = cursor.fetchone()
         if existing is not None:
             body_hash, result = existing
             if body_hash != request.body_hash:
                 raise _key_reused(request.operation_key)
-            first = _FIELDS[AppliedOperation, "result"].from_db_value(result, None, connection)
+            # A replay answers only to the authority that could have applied it: the grant
+            # must verify and name this key, order and change. Not its expiry: the operation
+            # was applied while the grant was valid, and a resend may come after.
+            _grant_check(request, now=None)
+            first = sql.from_db(AppliedOperation, "result", result)
             return Outcome(200, {**first, "replayed": True})
 
     if fencing and request.fencing_token < order.fence_token:
@@ -298,15 +283,8 @@ def _operation_apply_locked(request: OperationRequest) -> Outcome:
             f"Fencing token {request.fencing_token} is below this order's fence "
             f"({order.fence_token}).",
         )
-    grant = grant_verify(
-        request.approval_grant,
-        key=settings.APPROVAL_GRANT_KEY,
-        operation_key=request.operation_key,
-        order_id=request.order_id,
-        change=request.change,
-        # Unsafe test mode: judged as of the epoch, so an expired grant still verifies.
-        now=datetime.min.replace(tzinfo=UTC) if settings.ORDERS_UNSAFE_SKIP_APPROVAL_CHECK else now,
-    )
+    # Unsafe test mode: the grant's expiry is not judged (signature and change still are).
+    grant = _grant_check(request, now=None if settings.ORDERS_UNSAFE_SKIP_APPROVAL_CHECK else now)
     if not settings.ORDERS_UNSAFE_SKIP_VERSION_CHECK and request.expected_version != order.version:
         raise Refused(
             409,
@@ -317,32 +295,29 @@ def _operation_apply_locked(request: OperationRequest) -> Outcome:
         raise Refused(
             403, "permission_revoked", f"Account {order.account_id} no longer has access."
         )
-    with connection.cursor() as cursor:
-        old_date = order.delivery_date
-        if request.delivery_date != old_date:
-            cursor.execute(_SLOT_TAKE_SQL, [_db(Slot, "date", request.delivery_date)])
-            if not cursor.rowcount:
-                raise Refused(
-                    409,
-                    "slot_unavailable",
-                    f"No delivery slot is free on {request.delivery_date}.",
-                )
-            cursor.execute(_SLOT_FREE_SQL, [_db(Slot, "date", old_date)])
-
-        fence_token = (
-            max(order.fence_token, request.fencing_token) if fencing else order.fence_token
+    if order.status != OPEN:
+        raise Refused(
+            409,
+            "order_not_open",
+            f"Order {order.order_id} is {order.status}: only an open order can be changed.",
         )
-        version = order.version + 1
+    request.kind.check(order, request.parsed)
+    updates = request.kind.apply(order, request.parsed)
+
+    fence_token = max(order.fence_token, request.fencing_token) if fencing else order.fence_token
+    version = order.version + 1
+    names = tuple(updates)
+    with connection.cursor() as cursor:
         cursor.execute(
-            _ORDER_UPDATE_SQL,
+            sql.order_update_sql(names),
             [
                 fence_token,
-                _db(Order, "delivery_date", request.delivery_date),
                 version,
+                *(sql.db_value(Order, name, updates[name]) for name in names),
                 order.order_id,
             ],
         )
-        _saved(cursor, order.order_id)
+        sql.saved(cursor, order.order_id)
 
         result = {
             "operation_key": request.operation_key,
@@ -350,22 +325,21 @@ def _operation_apply_locked(request: OperationRequest) -> Outcome:
             "order_version": version,
         }
         if idempotent:
-            change = request.change
             searchable_at = now + timedelta(seconds=search_lag_seconds())
             cursor.execute(
-                _APPLIED_INSERT_SQL,
+                sql.APPLIED_INSERT_SQL,
                 [
                     request.operation_key,
                     order.order_id,
                     request.body_hash,
-                    _db(AppliedOperation, "change", change),
+                    sql.db_value(AppliedOperation, "change", request.change),
                     "applied",
                     version,
                     request.fencing_token,
                     grant.approval_id,
-                    _db(AppliedOperation, "result", result),
-                    _db(AppliedOperation, "created_at", now),
-                    _db(AppliedOperation, "searchable_at", searchable_at),
+                    sql.db_value(AppliedOperation, "result", result),
+                    sql.db_value(AppliedOperation, "created_at", now),
+                    sql.db_value(AppliedOperation, "searchable_at", searchable_at),
                 ],
             )
         _event_record(cursor, order_id=order.order_id, order_version=version, now=now)
@@ -373,7 +347,7 @@ def _operation_apply_locked(request: OperationRequest) -> Outcome:
 
 
 def _event_record(cursor, *, order_id: str, order_version: int, now: datetime) -> None:
-    """The outbox event of an applied change, written in its transaction (``cursor``)."""
+    """The outbox event of a changed order, written in its transaction (``cursor``)."""
     event_id = str(uuid.uuid4())
     payload = {
         "event_id": event_id,
@@ -383,17 +357,17 @@ def _event_record(cursor, *, order_id: str, order_version: int, now: datetime) -
         "occurred_at": isoformat_z(now),
     }
     cursor.execute(
-        _EVENT_INSERT_SQL,
+        sql.EVENT_INSERT_SQL,
         [
             event_id,
             "order.updated",
             order_id,
             order_version,
-            _db(OutboxEvent, "occurred_at", now),
-            _db(OutboxEvent, "payload", payload),
+            sql.db_value(OutboxEvent, "occurred_at", now),
+            sql.db_value(OutboxEvent, "payload", payload),
             None,
             0,
-            _db(OutboxEvent, "next_attempt_at", now),
+            sql.db_value(OutboxEvent, "next_attempt_at", now),
             "",
         ],
     )
@@ -420,8 +394,8 @@ def fence_raise(*, order_id: str, body: object) -> dict:
             )
         if token > order.fence_token:
             with connection.cursor() as cursor:
-                cursor.execute(_FENCE_UPDATE_SQL, [token, order.order_id])
-                _saved(cursor, order.order_id)
+                cursor.execute(sql.FENCE_UPDATE_SQL, [token, order.order_id])
+                sql.saved(cursor, order.order_id)
             return {"order_id": order_id, "min_token": token}
         return {"order_id": order_id, "min_token": order.fence_token}
 
@@ -483,9 +457,31 @@ def order_get(*, order_id: str) -> Order:
     return order
 
 
+def order_json(*, order_id: str) -> dict:
+    """``GET /orders/{id}``: the contract's fields, plus each plug-in kind's own fields (which
+    never replace a contract field)."""
+    order = order_get(order_id=order_id)
+    added: dict[str, Any] = {}
+    for handler in kinds().values():
+        order_fields = getattr(handler, "order_fields", None)
+        if order_fields is not None:
+            added.update(order_fields(order))
+    return {**added, **order.as_json()}
+
+
+def capabilities_json() -> dict:
+    """What this receiver claims (Holdfast probes each claim): the safeguards, the change kinds
+    it accepts (in a stable order) and the countries it ships to."""
+    return {
+        **CAPABILITIES,
+        "change_kinds": list(kinds()),
+        "ship_to_countries": sorted(settings.ORDERS_SHIP_TO_COUNTRIES),
+    }
+
+
 def slot_get(*, day: str) -> dict:
     """The slot for a date; a date without a slot row has capacity 0 (nothing can move there)."""
-    parsed = _parse_date(day)
+    parsed = exact_date(day)
     if parsed is None:
         raise invalid({"date": "Must be a date written YYYY-MM-DD."})
     slot = Slot.objects.filter(date=parsed).first()
@@ -531,8 +527,42 @@ def testing_reset() -> None:
         FaultRule.objects.all().delete()
 
 
+# Every seeded order has an address unless the seed says ``"shipping_address": null``.
+SEED_ADDRESS = {
+    "name": "Goods In",
+    "line1": "1 Dock Road",
+    "line2": "",
+    "city": "Bristol",
+    "postal_code": "BS1 6XX",
+    "country": "GB",
+}
+
+
+def _seed_address(value: object) -> dict | None:
+    """A stored address (``line2`` "" when absent) from a seed, or ``ValueError``."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"shipping_address {value!r} is not an object or null")
+    errors = address_errors(value, "shipping_address")
+    if errors:
+        raise ValueError("; ".join(f"{name}: {text}" for name, text in errors.items()))
+    return {name: value.get(name, "") for name in ADDRESS_FIELDS}
+
+
+def _seed_status(value: object) -> str:
+    if value not in Order.Status.values:
+        raise ValueError(f"status {value!r} is not one of {', '.join(Order.Status.values)}")
+    return str(value)
+
+
 def testing_seed(*, data: object) -> dict:
-    """Upsert ``{"accounts": [...], "orders": [...], "slots": [...]}`` (each list optional)."""
+    """Upsert ``{"accounts": [...], "orders": [...], "slots": [...]}`` (each list optional).
+
+    An order is ``{order_id, account_id, delivery_date, version?, status?, shipping_address?}``:
+    a new order is ``open`` with ``SEED_ADDRESS`` unless it says otherwise; an existing one
+    changes only what the item names. Nothing here bumps a version or writes an event.
+    """
     if not isinstance(data, dict):
         raise invalid({"body": "Must be a JSON object."})
     try:
@@ -546,13 +576,21 @@ def testing_seed(*, data: object) -> dict:
                     },
                 )
             for item in data.get("orders", []):
-                defaults = {
+                defaults: dict[str, Any] = {
                     "account_id": item["account_id"],
                     "delivery_date": _required_date(item["delivery_date"]),
                 }
                 if "version" in item:
                     defaults["version"] = int(item["version"])
-                Order.objects.update_or_create(order_id=item["order_id"], defaults=defaults)
+                if "status" in item:
+                    defaults["status"] = _seed_status(item["status"])
+                if "shipping_address" in item:
+                    defaults["shipping_address"] = _seed_address(item["shipping_address"])
+                Order.objects.update_or_create(
+                    order_id=item["order_id"],
+                    defaults=defaults,
+                    create_defaults={"shipping_address": dict(SEED_ADDRESS), **defaults},
+                )
             for item in data.get("slots", []):
                 defaults = {"capacity": int(item["capacity"])}
                 if "taken" in item:
@@ -567,40 +605,154 @@ def testing_seed(*, data: object) -> dict:
     }
 
 
+def testing_order_set(*, order_id: str, data: object) -> Order:
+    """Change an order as the world outside Holdfast would: ``{status?, shipping_address?,
+    bump_version?}``. By default the version moves on by one and an ``order.updated`` event is
+    written, like any change at the source; ``"bump_version": false`` changes the fields only
+    (to reach the receiver's own refusals, e.g. ``order_not_open``, at an unchanged version)."""
+    if not isinstance(data, dict):
+        raise invalid({"body": "Must be a JSON object."})
+    updates: dict[str, Any] = {}
+    try:
+        if "status" in data:
+            updates["status"] = _seed_status(data["status"])
+        if "shipping_address" in data:
+            updates["shipping_address"] = _seed_address(data["shipping_address"])
+    except ValueError as error:
+        raise invalid({"body": str(error)}) from None
+    bump = data.get("bump_version", True)
+    if not updates or not isinstance(bump, bool):
+        raise invalid({"body": "Name status and/or shipping_address; bump_version is a boolean."})
+    with transaction.atomic():
+        order = Order.objects.select_for_update().filter(pk=order_id).first()
+        if order is None:
+            raise _unknown_order(order_id)
+        for name, value in updates.items():
+            setattr(order, name, value)
+        if bump:
+            order.version += 1
+            with connection.cursor() as cursor:
+                _event_record(
+                    cursor, order_id=order_id, order_version=order.version, now=timezone.now()
+                )
+        order.save(update_fields=[*updates, "version"])
+    return order
+
+
 def _required_date(value: object) -> date:
-    parsed = _parse_date(value)
+    parsed = exact_date(value)
     if parsed is None:
         raise ValueError(f"{value!r} is not a YYYY-MM-DD date")
     return parsed
 
 
+DEMO_ACCOUNT = ("ACC-100", "Northwind Traders")
+# (order, days from today to its delivery, status, address): KINDS-CONTRACT "Demo data".
+DEMO_ORDERS = (
+    (
+        "ORD-7731",
+        3,
+        "open",
+        {
+            "name": "Northwind Traders",
+            "line1": "4 Wapping Wharf",
+            "line2": "",
+            "city": "Bristol",
+            "postal_code": "BS1 6WP",
+            "country": "GB",
+        },
+    ),
+    (
+        "ORD-7732",
+        4,
+        "open",
+        {
+            "name": "Dana Whitfield",
+            "line1": "12 Harbour Street",
+            "line2": "",
+            "city": "Bristol",
+            "postal_code": "BS1 4DJ",
+            "country": "GB",
+        },
+    ),
+    (
+        "ORD-7733",
+        5,
+        "open",
+        {
+            "name": "Northwind Traders",
+            "line1": "4 Wapping Wharf",
+            "line2": "Loading bay 2",
+            "city": "Bristol",
+            "postal_code": "BS1 6WP",
+            "country": "GB",
+        },
+    ),
+    (
+        "ORD-7734",
+        6,
+        "shipped",
+        {
+            "name": "Sam Okafor",
+            "line1": "7 Canal Row",
+            "line2": "",
+            "city": "Bath",
+            "postal_code": "BA1 1AA",
+            "country": "GB",
+        },
+    ),
+)
+PROBE_ORDER = ("ORD-PROBE", "ACC-PROBE", 27)
+
+
+def _demo_order(*, order_id: str, account: Account, delivery: date, status: str, address: dict):
+    """Create the order (taking its slot place) if missing; give an old one its address."""
+    order, created = Order.objects.get_or_create(
+        order_id=order_id,
+        defaults={
+            "account": account,
+            "delivery_date": delivery,
+            "version": 1,
+            "status": status,
+            "shipping_address": address,
+        },
+    )
+    if created:
+        Slot.objects.filter(date=delivery, taken__lt=F("capacity")).update(taken=F("taken") + 1)
+    elif order.shipping_address is None:
+        # An order seeded before orders carried addresses: every demo order has one.
+        Order.objects.filter(pk=order_id).update(shipping_address=address)
+
+
 def demo_seed(*, today: date) -> None:
-    """The demo's data, created only where missing (running it again changes nothing)."""
+    """The demo's data (KINDS-CONTRACT "Demo data"), created only where missing: running it
+    again changes nothing a demo did."""
     with transaction.atomic():
         account, _ = Account.objects.get_or_create(
-            account_id="ACC-100", defaults={"name": "Northwind Bakery", "access_active": True}
+            account_id=DEMO_ACCOUNT[0], defaults={"name": DEMO_ACCOUNT[1], "access_active": True}
         )
-        delivery = today + timedelta(days=3)
         for offset in range(1, 29):
             day = today + timedelta(days=offset)
             Slot.objects.get_or_create(date=day, defaults={"capacity": 5})
-        _, created = Order.objects.get_or_create(
-            order_id="ORD-7731",
-            defaults={"account": account, "delivery_date": delivery, "version": 1},
-        )
-        if created:
-            Slot.objects.filter(date=delivery, taken__lt=F("capacity")).update(taken=F("taken") + 1)
+        for order_id, days, status, address in DEMO_ORDERS:
+            _demo_order(
+                order_id=order_id,
+                account=account,
+                delivery=today + timedelta(days=days),
+                status=status,
+                address=address,
+            )
         # A sandbox order the operator names to Holdfast's capability probe.
+        probe_id, probe_account_id, probe_days = PROBE_ORDER
         probe_account, _ = Account.objects.get_or_create(
-            account_id="ACC-PROBE", defaults={"name": "Probe sandbox", "access_active": True}
+            account_id=probe_account_id, defaults={"name": "Probe sandbox", "access_active": True}
         )
-        Order.objects.get_or_create(
-            order_id="ORD-PROBE",
-            defaults={
-                "account": probe_account,
-                "delivery_date": today + timedelta(days=27),
-                "version": 1,
-            },
+        _demo_order(
+            order_id=probe_id,
+            account=probe_account,
+            delivery=today + timedelta(days=probe_days),
+            status="open",
+            address={**SEED_ADDRESS, "name": "Probe sandbox"},
         )
 
 

@@ -10,6 +10,7 @@ characters; debug, fault injection and the ``/_testing/`` endpoints are refused 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -41,7 +42,7 @@ def _secret(name: str, dev_default: str) -> str:
 SECRET_KEY = _secret("SECRET_KEY", "dev-insecure-orders-secret-key")
 # Shared with Holdfast: it signs approval grants, this system verifies them.
 APPROVAL_GRANT_KEY = _secret("APPROVAL_GRANT_KEY", "dev-approval-grant-key")
-# Signs outgoing webhooks (X-Orders-Signature: sha256=<hex>).
+# Signs outgoing webhooks with a timestamp (X-Orders-Signature: t=<seconds>,sha256=<hex>).
 ORDER_WEBHOOK_SECRET = _secret("ORDER_WEBHOOK_SECRET", "dev-webhook-secret")
 # The bearer credential Holdfast sends on every call (Holdfast's ORDER_SYSTEM_TOKEN). Every
 # endpoint except /healthz answers 401 without it.
@@ -78,23 +79,52 @@ ORDERS_DISABLE_IDEMPOTENCY = env_bool("ORDERS_DISABLE_IDEMPOTENCY", False)
 # Unsafe receiver modes, for tests that prove Holdfast's own guards: with one of these on, the
 # receiver skips that check (approval: the grant's expiry -- its signature and exact change are
 # still checked; access: the account's current permission; version: the expected order version)
-# and still claims it in /capabilities. Off by default; refused in production.
+# and still claims it in /capabilities.
 ORDERS_UNSAFE_SKIP_APPROVAL_CHECK = env_bool("ORDERS_UNSAFE_SKIP_APPROVAL_CHECK", False)
 ORDERS_UNSAFE_SKIP_ACCESS_CHECK = env_bool("ORDERS_UNSAFE_SKIP_ACCESS_CHECK", False)
 ORDERS_UNSAFE_SKIP_VERSION_CHECK = env_bool("ORDERS_UNSAFE_SKIP_VERSION_CHECK", False)
-_UNSAFE_SKIPS = [
-    name
-    for name in (
-        "ORDERS_UNSAFE_SKIP_APPROVAL_CHECK",
-        "ORDERS_UNSAFE_SKIP_ACCESS_CHECK",
-        "ORDERS_UNSAFE_SKIP_VERSION_CHECK",
-    )
-    if globals()[name]
-]
-if PRODUCTION and _UNSAFE_SKIPS:
+# Every switch that makes this receiver break its contract: all off by default, refused in
+# production, and named by ``python -m orders check`` (orders.W001) wherever one is on.
+UNSAFE_SWITCHES = (
+    "ORDERS_DISABLE_FENCING",
+    "ORDERS_DISABLE_IDEMPOTENCY",
+    "ORDERS_UNSAFE_SKIP_APPROVAL_CHECK",
+    "ORDERS_UNSAFE_SKIP_ACCESS_CHECK",
+    "ORDERS_UNSAFE_SKIP_VERSION_CHECK",
+)
+_UNSAFE_ON = [name for name in UNSAFE_SWITCHES if globals()[name]]
+if PRODUCTION and _UNSAFE_ON:
     raise ImproperlyConfigured(
-        f"{', '.join(_UNSAFE_SKIPS)} must be off when DJANGO_ENV=production: a receiver that "
-        "skips its checks is for tests of Holdfast's own guards only."
+        f"{', '.join(_UNSAFE_ON)} must be off when DJANGO_ENV=production: a receiver that "
+        "skips its checks or lies about its capabilities is for tests of Holdfast's own "
+        "guards only."
+    )
+
+# Change kinds (orders.kinds): the built-in kinds this receiver accepts, and plug-in handler
+# modules (dotted paths, each with a ``HANDLER``) loaded beside them. A kind not listed is refused
+# with 422 unsupported_kind and not named in /capabilities.
+BUILT_IN_CHANGE_KINDS = ("delivery_date", "shipping_address", "order_cancellation")
+ORDERS_CHANGE_KINDS = env_list("ORDERS_CHANGE_KINDS", list(BUILT_IN_CHANGE_KINDS))
+_UNKNOWN_KINDS = sorted(set(ORDERS_CHANGE_KINDS) - set(BUILT_IN_CHANGE_KINDS))
+if _UNKNOWN_KINDS:
+    raise ImproperlyConfigured(
+        f"ORDERS_CHANGE_KINDS names {', '.join(_UNKNOWN_KINDS)}: the built-in kinds are "
+        f"{', '.join(BUILT_IN_CHANGE_KINDS)} (a plug-in kind goes in ORDERS_EXTRA_KINDS)."
+    )
+ORDERS_EXTRA_KINDS = env_list("ORDERS_EXTRA_KINDS", [])
+if PRODUCTION and ORDERS_EXTRA_KINDS:
+    raise ImproperlyConfigured(
+        "ORDERS_EXTRA_KINDS must be empty when DJANGO_ENV=production: plug-in kinds loaded by "
+        "dotted path are for tests and development of a new kind only."
+    )
+# The countries a shipping address may be changed to (ISO 3166-1 alpha-2).
+SHIP_TO_DEFAULT = "AT,BE,CH,DE,DK,ES,FI,FR,GB,IE,IT,LU,NL,NO,PT,SE"
+ORDERS_SHIP_TO_COUNTRIES = env_list("ORDERS_SHIP_TO_COUNTRIES", SHIP_TO_DEFAULT.split(","))
+_BAD_COUNTRIES = [code for code in ORDERS_SHIP_TO_COUNTRIES if not re.fullmatch("[A-Z]{2}", code)]
+if _BAD_COUNTRIES:
+    raise ImproperlyConfigured(
+        f"ORDERS_SHIP_TO_COUNTRIES holds {', '.join(_BAD_COUNTRIES)}: use two capital letters "
+        "(ISO 3166-1 alpha-2) per country, e.g. GB,DE,FR."
     )
 
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]", *env_list("ORDERS_ALLOWED_HOSTS", [])]

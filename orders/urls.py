@@ -24,8 +24,10 @@ if not settings.PRODUCTION:
         path("_testing/reset", views.testing_reset),
         path("_testing/seed", views.testing_seed),
         path("_testing/accounts/<str:account_id>/access", views.testing_access),
+        path("_testing/orders/<str:order_id>", views.testing_order),
         path("_testing/orders/<str:order_id>/state", views.testing_state),
         path("_testing/outbox", views.testing_outbox),
+        path("_testing/outbox/<str:event_id>/resend", views.testing_resend),
     ]
 
 urlpatterns += [

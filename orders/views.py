@@ -10,17 +10,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
-from orders import faults, services
+from orders import faults, outbox, services
 from orders.exceptions import Refused, invalid
-
-CAPABILITIES = {
-    "idempotency_keys": True,
-    "fencing": True,
-    "version_check": True,
-    "approval_grants": True,
-    "consistent_lookup": True,
-    "fence_endpoint": True,
-}
+from orders.models import OutboxEvent
 
 
 def _json_body(request: HttpRequest) -> object:
@@ -69,12 +61,12 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 @api("GET")
 def capabilities(request: HttpRequest) -> HttpResponse:
-    return JsonResponse(CAPABILITIES)
+    return JsonResponse(services.capabilities_json())
 
 
 @api("GET")
 def order_detail(request: HttpRequest, order_id: str) -> HttpResponse:
-    return JsonResponse(services.order_get(order_id=order_id).as_json())
+    return JsonResponse(services.order_json(order_id=order_id))
 
 
 @api("GET")
@@ -172,6 +164,13 @@ def testing_access(request: HttpRequest, account_id: str) -> HttpResponse:
 
 
 @gated
+@api("POST")
+def testing_order(request: HttpRequest, order_id: str) -> HttpResponse:
+    order = services.testing_order_set(order_id=order_id, data=_json_body(request))
+    return JsonResponse(order.as_json())
+
+
+@gated
 @api("GET")
 def testing_state(request: HttpRequest, order_id: str) -> HttpResponse:
     return JsonResponse(services.order_state(order_id=order_id))
@@ -181,6 +180,17 @@ def testing_state(request: HttpRequest, order_id: str) -> HttpResponse:
 @api("GET")
 def testing_outbox(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"events": [event.as_json() for event in services.outbox_events()]})
+
+
+@gated
+@api("POST")
+def testing_resend(request: HttpRequest, event_id: str) -> HttpResponse:
+    """Resend one event by hand (as ``orders_resend_event``): signed anew, same id and body."""
+    try:
+        error = outbox.event_resend(event_id=event_id)
+    except OutboxEvent.DoesNotExist:
+        raise Refused(404, "unknown_event", f"No outbox event {event_id}.") from None
+    return JsonResponse({"event_id": event_id, "accepted": error is None, "error": error})
 
 
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django_fsm import can_proceed
 
+from cases import kinds
 from cases.actions import CaseAction, register
 from cases.kernel import check_version
 from cases.models import Case, Status
@@ -26,7 +27,7 @@ def _supervised(case: Case) -> bool:
     return (
         case.status == Status.READY
         and case.apply_authorized_by_id is None
-        and not current_autonomy().is_autonomous
+        and not current_autonomy(kind=case.kind).is_autonomous
     )
 
 
@@ -38,12 +39,21 @@ def _authorize(*, case: Case, actor, expected_version: int, reason: str) -> str:
 
 
 def _reversal_available(case: Case) -> bool:
+    """Done, a cancellation arrived after the change, and its kind can put back what the
+    source check saw before it (an irreversible kind never can)."""
     return (
         case.status == Status.DONE
         and case.account.access_active
-        and case.order_delivery_date_seen is not None
+        and _reversal_of(case) is not None
         and case.has_late_cancellation()
     )
+
+
+def _reversal_of(case: Case) -> dict | None:
+    try:
+        return case.change_kind.reversal(case.order_seen)
+    except kinds.UnknownKind:
+        return None
 
 
 def _reversal(*, case: Case, actor, expected_version: int, reason: str) -> str:
@@ -51,8 +61,8 @@ def _reversal(*, case: Case, actor, expected_version: int, reason: str) -> str:
 
     proposal = case_propose_reversal(case=case, actor=actor, expected_version=expected_version)
     return (
-        f"{case.reference}: reversal proposed (proposal #{proposal.pk}, back to "
-        f"{proposal.delivery_date:%Y-%m-%d}); it needs its own approval."
+        f"{case.reference}: reversal proposed (proposal #{proposal.pk}: "
+        f"{proposal.description}); it needs its own approval."
     )
 
 
@@ -137,9 +147,9 @@ register(
         execute=_reversal,
         needs_reason=False,
         confirm=lambda case: (
-            f"A new proposal moves the delivery of {case.order_id} back to "
-            f"{case.order_delivery_date_seen:%Y-%m-%d}; it gets its own operation key and needs "
-            "its own approval."
+            f"A new proposal puts {case.order_id} back as it was "
+            f"({kinds.describe(_reversal_of(case) or {})}); it gets its own operation key and "
+            "needs its own approval."
         ),
         confirm_label="Propose the reversal",
         order=6,

@@ -311,6 +311,8 @@ from cases.exceptions import CaseError  # noqa: E402
 from cases.models import Case, CustomerAccount  # noqa: E402
 from cases.validation import MAX_ORDER_VERSION  # noqa: E402
 from reconciliation import revocation  # noqa: E402
+from reconciliation.client import Order, OrderSystemClient  # noqa: E402
+from reconciliation.exceptions import OrderSystemError, UnknownOrder  # noqa: E402
 from reconciliation.selectors import current_autonomy  # noqa: E402
 from reconciliation.settle import case_settle_manually  # noqa: E402
 
@@ -360,8 +362,8 @@ def settle_view(
 
 
 def case_page_context(request: HttpRequest, case: Case) -> Mapping[str, Any]:
-    """The order system's autonomy, shown on every case page."""
-    return {"autonomy_status": current_autonomy()}
+    """The order system's autonomy for the case's kind of change, shown on every case page."""
+    return {"autonomy_status": current_autonomy(kind=case.kind)}
 
 
 def revoke_case(*, case: Case, actor: Any, kind: str, reason: str) -> str:
@@ -392,7 +394,23 @@ def revoke_access(
         )
 
 
+def read_order(order_id: str) -> tuple[Order | None, str]:
+    """The intake page's read of an order (outside any transaction): the order, or None and
+    why not in words."""
+    try:
+        with OrderSystemClient.from_settings() as client:
+            return client.get_order(order_id), ""
+    except UnknownOrder:
+        return None, f"The order system does not know order {order_id}."
+    except OrderSystemError as exc:
+        return None, (
+            f"The order system could not be asked ({exc.error}); the case's source check reads "
+            "the order again before anything is proposed."
+        )
+
+
 case_admin_extend(
+    order_reader=read_order,
     forms=[
         CaseForm(
             name="settle",

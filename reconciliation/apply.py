@@ -19,7 +19,7 @@ round trip.
 Before claiming, the records are compared with the order system when nobody did so recently
 (``reconciliation.restore_detection``): a restored database is recovered before any claim.
 
-Notifications carry a key per operation and step (``DATE-41-1:notify``, also the message's
+Notifications carry a key per operation and step (``<operation key>:notify``, also the message's
 ``Message-ID``), recorded before sending. When the records show the notification may already
 have gone (a send was recorded without its confirmation, or the change was applied after the
 backup these records came from), it is not sent again: the case shows that it may have gone,
@@ -46,6 +46,7 @@ from django.utils import timezone
 
 from approvals.models import Approval, Operation, Proposal
 from approvals.services import review_deadline
+from cases import kinds
 from cases.attempts import attempt_finish
 from cases.backoff import next_retry_at
 from cases.codes import Action
@@ -99,7 +100,7 @@ from reconciliation.restore_detection import (
     source_check_forget,
 )
 from reconciliation.restore_recovery import recover_after_restore
-from reconciliation.settle import operation_confirm
+from reconciliation.settle import found_as_intended, operation_confirm
 from reconciliation.stopping import stopping
 
 logger = logging.getLogger(__name__)
@@ -325,7 +326,7 @@ def _apply_step(
             result = client.apply_operation(
                 operation.order_id,
                 operation_key=operation.key,
-                delivery_date=operation.delivery_date,
+                change=operation.change,
                 expected_version=authority.evidence_order_version,
                 fencing_token=attempt.fencing_token,
                 approval_grant=authority.grant,
@@ -384,15 +385,14 @@ def _look_before_write(
         # Not proof either way: nothing is written on a guess.
         return attempt_record_refusal(attempt, worker, exc), None
     intended = (
-        record.order_id == operation.order_id
-        and record.delivery_date == operation.delivery_date
+        found_as_intended(operation, record)
         and record.status == "applied"
         and record.order_version is not None
     )
     if not intended:
         ended = EndedLookupMismatch(
             f"{operation.key} exists at the order system with another change "
-            f"({record.order_id} → {record.delivery_date}, {record.status}); "
+            f"({record.order_id}: {kinds.audit_words(record.change)}, {record.status}); "
             "a person must look"
         )
         return _finish(attempt, worker, ended), None
@@ -557,7 +557,7 @@ def _record_applied(
             order_version=result.order_version,
             actor=worker,
             kind=kind,
-            summary=f"{operation.key} {how}: delivery {operation.delivery_date:%Y-%m-%d}, "
+            summary=f"{operation.key} {how}: {operation.description}, "
             f"order version {result.order_version}",
         )
         if unexpected:
@@ -673,7 +673,7 @@ def ending_for(exc: OrderSystemError) -> Ending:
         case ApprovalRefused(error="approval_expired"):
             return EndedApprovalExpired(text)
         case _:
-            # Definite refusals that need a person: invalid input, a full slot, a grant the
+            # Definite refusals that need a person: invalid input, a kind's conflict, a grant the
             # receiver does not accept, revoked permission, a reused key, an unknown order, a
             # credential the order system refuses. Repeating them changes nothing.
             return EndedNeedsAttention(text, refusal=exc.error)
@@ -781,11 +781,10 @@ def _notify(attempt: Attempt, worker: Worker, plan: Notify | None) -> str:
     if plan is Notify.SEND:
         try:
             EmailMessage(
-                subject=f"Your delivery for order {operation.order_id} is moved",
+                subject=f"Your request {case.reference} for order {operation.order_id} is done",
                 body=(
-                    f"Hello {case.account.name},\n\nAs you asked ({case.reference}), the "
-                    f"delivery of order {operation.order_id} is now on "
-                    f"{operation.delivery_date:%A %d %B %Y}.\n"
+                    f"Hello {case.account.name},\n\nAs you asked ({case.reference}), for "
+                    f"order {operation.order_id}: {operation.description}. This is done.\n"
                 ),
                 from_email=settings.DEFAULT_FROM_EMAIL,
                 to=[address],

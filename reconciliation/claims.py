@@ -136,11 +136,11 @@ def _claim_guards(case: Case, *, worker: Actor, now: dt.datetime):
             raise ClaimRefused(
                 "The order changed since the proposal's evidence.", reason="source_changed"
             )
-        autonomy = current_autonomy()
+        autonomy = current_autonomy(kind=case.kind)
         if not autonomy.is_autonomous and case.apply_authorized_by_id is None:
             raise ClaimRefused(
-                f"The order system is {autonomy.autonomy.label.lower()}: a person must start "
-                "this apply.",
+                f"The order system is {autonomy.autonomy.label.lower()} for "
+                f"{autonomy.kind_label.lower()} changes: a person must start this apply.",
                 reason="not_autonomous",
             )
     return operation, approval
@@ -174,7 +174,8 @@ class Claimed:
 def _claim_query(now: dt.datetime) -> QuerySet[Proposal]:
     """One read of everything a claim decides on, joined from the case's open proposal (a case
     has at most one, ``proposal_one_open_per_case``): the case and its account, the operation,
-    the live approval, a pending cancellation, the autonomy of the order system, the chain's
+    the live approval, a pending cancellation, the autonomy of the order system for the case's
+    kind of change, the chain's
     head and the attempt count, the restore markers and, on PostgreSQL, the next fencing token.
     Each guard here mirrors its service (``approvals.services.live_approval``, ``open_proposal``,
     ``reconciliation.selectors.current_autonomy``, ``reconciliation.restore_detection``); a claim
@@ -200,10 +201,11 @@ def _claim_query(now: dt.datetime) -> QuerySet[Proposal]:
         "approval_reference": Subquery(live.values("reference")[:1]),
         "approval_grant": Subquery(live.values("grant")[:1]),
         "approval_decided_at": Subquery(live.values("decided_at")[:1]),
-        "autonomy": Subquery(
+        # Every kind's autonomy; the row keeps its case's kind's (``_ClaimRow.from_orm``).
+        "kind_autonomy": Subquery(
             OrderSystemProfile.objects.filter(base_url=normalised_url(settings.ORDER_SYSTEM_URL))
             .order_by("-probed_at", "-id")
-            .values("autonomy")[:1]
+            .values("kind_autonomy")[:1]
         ),
         "earlier_submitted": Exists(
             Attempt.objects.filter(
@@ -266,6 +268,8 @@ class _ClaimRow:
 
     @classmethod
     def from_orm(cls, row: Any) -> _ClaimRow:
+        # The autonomy the probe proved for the case's kind of change (none: not proven).
+        row.autonomy = (row.kind_autonomy or {}).get(row.case.kind)
         return cls(
             case=row.case,
             operation=row.operation,
@@ -377,8 +381,8 @@ def _pg_claim_sql() -> str:
                        WHERE x.case_id = c.id AND x.outcome = 'pending'),
                (SELECT ap.id {live}), (SELECT ap.reference {live}), (SELECT ap."grant" {live}),
                (SELECT ap.decided_at {live}),
-               (SELECT f.autonomy FROM {t["profile"]} f WHERE f.base_url = %(url)s
-                ORDER BY f.probed_at DESC, f.id DESC LIMIT 1),
+               (SELECT f.kind_autonomy ->> c.kind FROM {t["profile"]} f
+                WHERE f.base_url = %(url)s ORDER BY f.probed_at DESC, f.id DESC LIMIT 1),
                EXISTS (SELECT 1 FROM {t["attempt"]} s
                        WHERE s.operation_id = o.id AND s.submitted_at IS NOT NULL),
                EXISTS (SELECT 1 FROM {t["event"]} e WHERE e.case_id = c.id

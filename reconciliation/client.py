@@ -53,6 +53,7 @@ from urllib.parse import quote
 
 import httpx
 
+from cases import kinds
 from reconciliation import metrics
 from reconciliation.exceptions import (
     APPROVAL_REFUSAL_KINDS,
@@ -148,12 +149,23 @@ class _Malformed(Exception):
 # --- Results -------------------------------------------------------------------------------
 
 
+# The fields of ``GET /orders/{id}`` every order has; every other field is a change kind's
+# (``Order.fields``).
+_ORDER_GENERIC = ("order_id", "account_id", "version", "status")
+ORDER_STATUSES = ("open", "shipped", "cancelled")
+
+
 @dataclass(frozen=True, slots=True)
 class Order:
+    """An order as the order system shows it: the generic fields, and every other field it
+    sent (each change kind's own, built-in or plug-in) in ``fields``, read by the change kinds
+    (``cases.kinds``)."""
+
     order_id: str
     account_id: str
-    delivery_date: dt.date
     version: int
+    status: str
+    fields: Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,11 +198,14 @@ class FenceResult:
 
 @dataclass(frozen=True, slots=True)
 class OperationRecord:
+    """``GET /operations/{key}``: the operation as the order system recorded it, its
+    ``change`` exactly as it was received (compared whole: ``cases.kinds.same_change``)."""
+
     operation_key: str
     order_id: str
     status: str
     order_version: int | None
-    delivery_date: dt.date
+    change: Mapping[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,10 +288,18 @@ def _error_fields(body: Mapping[str, Any]) -> dict[str, list[str]]:
     return {}
 
 
-# (status, error code) → the definite refusal it means.
-def _definite_error(status: int, code: str, detail: str, body: Mapping[str, Any]):
+# (status, error code) → the definite refusal it means; ``kind``: the change's kind, whose own
+# refusals (and the generic ones of every kind, ``cases.kinds.refusal_class``) count too.
+def _definite_error(
+    status: int, code: str, detail: str, body: Mapping[str, Any], *, kind: str = ""
+) -> OrderSystemError | None:
     if status == 409 and code in CONFLICT_KINDS:
         return Conflict(code, detail, status=status)
+    refusal = kinds.refusal_class(kind, code) if status in (409, 422) else None
+    if refusal is kinds.ErrorClass.CONFLICT:
+        return Conflict(code, detail, status=status)
+    if refusal is kinds.ErrorClass.INVALID_INPUT:
+        return InvalidInput(code, detail, status=status, fields=_error_fields(body))
     if status == 403 and code in APPROVAL_REFUSAL_KINDS:
         return ApprovalRefused(code, detail, status=status)
     if status == 403 and code == "permission_revoked":
@@ -365,15 +388,20 @@ class OrderSystemClient:
 
     def get_order(self, order_id: str) -> Order:
         body = self._read("get_order", "GET", f"/orders/{_seg(order_id)}")
-        return self._parse(
-            lambda: Order(
+
+        def parse() -> Order:
+            status = _field(body, "status", str)
+            if status not in ORDER_STATUSES:
+                raise _Malformed(f"field 'status' is {status!r}, not one of {ORDER_STATUSES}")
+            return Order(
                 order_id=_field(body, "order_id", str),
                 account_id=_field(body, "account_id", str),
-                delivery_date=_date(body, "delivery_date"),
                 version=_field(body, "version", int),
-            ),
-            write=False,
-        )
+                status=status,
+                fields={k: v for k, v in body.items() if k not in _ORDER_GENERIC},
+            )
+
+        return self._parse(parse, write=False)
 
     def get_slot(self, date: dt.date) -> Slot:
         body = self._read("get_slot", "GET", f"/slots/{date.isoformat()}")
@@ -443,20 +471,26 @@ class OrderSystemClient:
         order_id: str,
         *,
         operation_key: str,
-        delivery_date: dt.date,
+        change: Mapping[str, Any],
         expected_version: int,
         fencing_token: int,
         approval_grant: str,
     ) -> OperationResult:
+        """Send ``change`` (whole, as stored and signed) under ``operation_key``. A refusal is
+        classified by the change's kind's refusals and the generic ones (``cases.kinds``)."""
         payload = {
             "operation_key": operation_key,
-            "change": {"delivery_date": delivery_date.isoformat()},
+            "change": dict(change),
             "expected_version": expected_version,
             "fencing_token": fencing_token,
             "approval_grant": approval_grant,
         }
         response, body = self._write(
-            f"/orders/{_seg(order_id)}/operations", payload, ok=(200, 201), call="apply_operation"
+            f"/orders/{_seg(order_id)}/operations",
+            payload,
+            ok=(200, 201),
+            call="apply_operation",
+            kind=str(change.get("kind") or ""),
         )
 
         def parse() -> OperationResult:
@@ -531,6 +565,7 @@ class OrderSystemClient:
         *,
         ok: tuple[int, ...] = (200,),
         call: str = "other_write",
+        kind: str = "",
     ) -> tuple[httpx.Response, dict[str, Any]]:
         try:
             with metrics.order_system_call(call) as answer:
@@ -546,7 +581,7 @@ class OrderSystemClient:
             raise EffectUnknown("undecodable_answer", _describe(exc)) from exc
         if response.status_code in ok:
             return response, self._parse(lambda: _json_object(response), write=True)
-        raise self._error_for(response, write=True)
+        raise self._error_for(response, write=True, kind=kind)
 
     @staticmethod
     def _parse(build, *, write: bool):
@@ -557,7 +592,7 @@ class OrderSystemClient:
             raise cls("protocol_violation", str(exc)) from None
 
     @staticmethod
-    def _error_for(response: httpx.Response, *, write: bool) -> OrderSystemError:
+    def _error_for(response: httpx.Response, *, write: bool, kind: str = "") -> OrderSystemError:
         status = response.status_code
         try:
             body = _json_object(response)
@@ -576,7 +611,7 @@ class OrderSystemClient:
                 status=status,
                 retry_after=_retry_after(response),
             )
-        definite = _definite_error(status, code, detail, body)
+        definite = _definite_error(status, code, detail, body, kind=kind)
         if definite is not None:
             return definite
         explanation = detail or f"unexpected HTTP {status}" + (f" ({code})" if code else "")
@@ -598,7 +633,7 @@ def _operation_record(body: Mapping[str, Any]) -> OperationRecord:
         order_id=_field(body, "order_id", str),
         status=_field(body, "status", str),
         order_version=order_version,
-        delivery_date=_date(change, "delivery_date"),
+        change=dict(change),
     )
 
 

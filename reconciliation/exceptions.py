@@ -73,7 +73,9 @@ class Conflict(OrderSystemError):
         self.kind = kind
 
 
-CONFLICT_KINDS = frozenset({"version_conflict", "stale_fencing_token", "slot_unavailable"})
+# The receiving contract's own conflicts; a change kind adds its own (``cases.kinds``: a kind's
+# ``refusals``, and every kind's ``order_not_open``).
+CONFLICT_KINDS = frozenset({"version_conflict", "stale_fencing_token"})
 
 
 class ApprovalRefused(OrderSystemError):

@@ -11,13 +11,15 @@ from django.template.loader import render_to_string
 from django.utils.safestring import SafeString
 
 from cases import extensions
-from reconciliation.selectors import current_autonomy
+from reconciliation.selectors import current_autonomy, kinds_autonomy
 
 
 def autonomy_panel(request: HttpRequest) -> SafeString:
-    """The badge of what workers may do against the configured order system (read only)."""
+    """The badge of what workers may do against the configured order system, and the autonomy
+    the probe proved for each change kind (read only)."""
     return render_to_string(
-        "reconciliation/autonomy_badge.html", {"autonomy_status": current_autonomy()}
+        "reconciliation/autonomy_panel.html",
+        {"autonomy_status": current_autonomy(), "kind_statuses": kinds_autonomy()},
     )
 
 

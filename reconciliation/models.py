@@ -96,6 +96,13 @@ class OrderSystemProfile(models.Model):
         max_length=20, choices=Autonomy.choices, default=Autonomy.REVIEW_ONLY
     )
     autonomy_reason = models.TextField(blank=True)
+    kind_autonomy = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Per change kind code: the autonomy the probe proved for that kind (the "
+        "system's autonomy when the kind is listed and its own checks passed, review-only "
+        "otherwise). A kind not named here is review-only.",
+    )
     probed_at = models.DateTimeField(default=timezone.now)
     probed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -142,12 +149,22 @@ class OrderSystemProfile(models.Model):
             name for name, ok in self.verified.items() if not ok and _claims(self.claimed, name)
         ]
 
-    def derive_autonomy(self) -> None:
-        """Set ``autonomy`` and ``autonomy_reason`` from the verified fields (in memory)."""
+    def derive_autonomy(self, kinds_verified: dict[str, bool] | None = None) -> None:
+        """Set ``autonomy`` and ``autonomy_reason`` from the verified fields, and
+        ``kind_autonomy`` from ``kinds_verified`` (kind code → its own checks passed), all in
+        memory. A kind is never more autonomous than the system."""
         autonomy, reason = autonomy_for(self.verified)
         if not self.reachable:
             reason = "The order system did not answer the probe. " + reason
         self.autonomy, self.autonomy_reason = autonomy, reason
+        self.kind_autonomy = {
+            code: (autonomy if verified else Autonomy.REVIEW_ONLY).value
+            for code, verified in (kinds_verified or {}).items()
+        }
+
+    def autonomy_of(self, code: str) -> Autonomy:
+        """The autonomy the probe proved for change kind ``code``."""
+        return Autonomy(self.kind_autonomy.get(code, Autonomy.REVIEW_ONLY))
 
 
 # Names a ``/capabilities`` answer may use for each verified capability (the reference order

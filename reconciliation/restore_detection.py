@@ -23,6 +23,7 @@ Detection, two ways:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import re
@@ -34,6 +35,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from approvals.models import Operation
+from cases import kinds
 from cases.exceptions import CaseError
 from cases.fencing import fencing_current
 from cases.models import SystemMarker
@@ -47,7 +49,6 @@ MARKER = "database"
 # sequence at that moment (every token up to it was accounted for), ``updated_at`` its time.
 SOURCE_MARKER = "source"
 SOURCE_CHECK_MAX_AGE = dt.timedelta(seconds=60)
-OPERATION_KEY = re.compile(r"DATE-(\d+)-\d+")
 
 
 class RecoveryRequired(CaseError):
@@ -155,11 +156,24 @@ def source_check_due_from(checked_at: dt.datetime | None, now: dt.datetime | Non
     return checked_at is None or checked_at < now - SOURCE_CHECK_MAX_AGE
 
 
+@functools.cache
+def _operation_key(prefixes: tuple[str, ...]) -> re.Pattern[str]:
+    alternatives = "|".join(re.escape(prefix) for prefix in prefixes) or "(?!)"
+    return re.compile(rf"(?:{alternatives})-(\d+)-\d+")
+
+
+def operation_key_match(operation_key: str) -> re.Match[str] | None:
+    """``operation_key`` as a case's operation key (``{prefix}-{case number}-{sequence}``, a
+    prefix of a change kind this desk offers); group 1 is the case number."""
+    return _operation_key(tuple(kinds.key_prefixes())).fullmatch(operation_key)
+
+
 def _holdfast_operation(operation_key: str) -> bool:
-    # Only a case's operation keys (DATE-41-1) count, on any order. The capability probe writes
+    # Only a case's operation keys (a kind's prefix, the case number, the sequence) count, on
+    # any order. The capability probe writes
     # its sandbox order under keys of its own (PROBE-…), never a case's, so those never count;
     # drill cases on sandbox orders are cases like any other (the restore drill relies on it).
-    return bool(OPERATION_KEY.fullmatch(operation_key))
+    return operation_key_match(operation_key) is not None
 
 
 def restore_detected_at_source(

@@ -36,8 +36,8 @@ from cases.models import OPEN_STATUSES, Attempt, Case, Status, WaitingOn
 from reconciliation.client import OrderSystemClient
 from reconciliation.exceptions import OrderSystemError
 from reconciliation.restore_detection import (
-    OPERATION_KEY,
     marker_advance,
+    operation_key_match,
     restore_detected_at_source,
     source_verified,
 )
@@ -89,7 +89,7 @@ def _references_seen(client: OrderSystemClient | None) -> tuple[int, int, int]:
         if own_client:
             client.close()
     for item in seen.operations:
-        if match := OPERATION_KEY.fullmatch(item.operation_key):
+        if match := operation_key_match(item.operation_key):
             cases = max(cases, int(match.group(1)))
         if match := _APPROVAL_REFERENCE.fullmatch(item.approval_id):
             approvals = max(approvals, int(match.group(1)))

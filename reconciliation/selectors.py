@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.db.models import Exists, OuterRef, QuerySet
 
+from cases import kinds
 from cases.selectors import cases_for
 from reconciliation.models import AUTONOMY_MEANING, Autonomy, InboundEvent, OrderSystemProfile
 
@@ -27,10 +28,16 @@ class AutonomyStatus:
     autonomy: Autonomy
     reason: str
     profile: OrderSystemProfile | None
+    # The change kind this is for (``cases.kinds`` code); "" for the order system as a whole.
+    kind: str = ""
 
     @property
     def meaning(self) -> str:
         return AUTONOMY_MEANING[self.autonomy]
+
+    @property
+    def kind_label(self) -> str:
+        return kinds.label_of(self.kind) if self.kind else ""
 
     def get_autonomy_display(self) -> str:
         return self.autonomy.label
@@ -64,12 +71,34 @@ def current_profile(base_url: str | None = None) -> OrderSystemProfile | None:
     )
 
 
-def current_autonomy(base_url: str | None = None) -> AutonomyStatus:
-    """The autonomy the latest profile allows; review-only when the system was never probed."""
+def current_autonomy(base_url: str | None = None, *, kind: str | None = None) -> AutonomyStatus:
+    """The autonomy the latest profile allows, for the order system as a whole or (``kind``)
+    for one change kind: a kind the probe did not prove is review-only, whatever the system's;
+    review-only when the system was never probed."""
     profile = current_profile(base_url)
     if profile is None:
-        return AutonomyStatus(Autonomy.REVIEW_ONLY, NEVER_PROBED, None)
-    return AutonomyStatus(Autonomy(profile.autonomy), profile.autonomy_reason, profile)
+        return AutonomyStatus(Autonomy.REVIEW_ONLY, NEVER_PROBED, None, kind or "")
+    if kind is None:
+        return AutonomyStatus(Autonomy(profile.autonomy), profile.autonomy_reason, profile)
+    autonomy = profile.autonomy_of(kind)
+    if autonomy == Autonomy(profile.autonomy):
+        return AutonomyStatus(autonomy, profile.autonomy_reason, profile, kind)
+    return AutonomyStatus(autonomy, kind_unproven_reason(profile, kind), profile, kind)
+
+
+def kind_unproven_reason(profile: OrderSystemProfile, kind: str) -> str:
+    """Why the probe did not prove change kind ``kind``, in words."""
+    found = (profile.evidence.get("kinds") or {}).get(kind) or {}
+    summary = found.get("summary") if isinstance(found, dict) else None
+    label = kinds.label_of(kind)
+    if summary:
+        return f"{label}: {summary}"
+    return f"{label} was not probed: review only until the order system is probed again."
+
+
+def kinds_autonomy(base_url: str | None = None) -> list[AutonomyStatus]:
+    """The autonomy of every change kind this desk offers (the admin home, ``/api/kinds/``)."""
+    return [current_autonomy(base_url, kind=kind.code) for kind in kinds.kinds()]
 
 
 def profiles_for(base_url: str | None = None):

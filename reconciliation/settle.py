@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from approvals.models import Operation, Proposal
 from approvals.services import review_deadline
+from cases import kinds
 from cases.codes import Action
 from cases.exceptions import CaseError, InvalidCaseInput, TransitionRejected
 from cases.fencing import next_fencing_token
@@ -90,6 +91,14 @@ def held_operation(case: Case) -> Operation | None:
     return case.operations.filter(confirmed_at__isnull=True).order_by("-sequence").first()
 
 
+def found_as_intended(operation: Operation, record: OperationRecord) -> bool:
+    """Whether the order system's record of ``operation``'s key is this operation: the same
+    order and the whole same change (``cases.kinds.same_change``), never one field of it."""
+    return record.order_id == operation.order_id and kinds.same_change(
+        operation.change, record.change
+    )
+
+
 def investigate(case: Case, operation: Operation, client: OrderSystemClient) -> Finding:
     """Fence, then look. Never called inside a transaction (it does HTTP)."""
     token = next_fencing_token()
@@ -107,10 +116,10 @@ def investigate(case: Case, operation: Operation, client: OrderSystemClient) -> 
         )
     except OrderSystemError as exc:
         return Unknown(f"the consistent lookup failed ({exc.error}): not proof", fence_token=token)
-    if record.order_id != operation.order_id or record.delivery_date != operation.delivery_date:
+    if not found_as_intended(operation, record):
         return Unknown(
             f"{operation.key} exists with another change "
-            f"({record.order_id} → {record.delivery_date}); a person must look",
+            f"({record.order_id}: {kinds.audit_words(record.change)}); a person must look",
             record,
             token,
         )
@@ -142,7 +151,7 @@ def case_reconcile(
         require(actor, "cases.lead_case", case, "reconcile the case")
     if case.status != Status.HELD:
         return "skipped"
-    if isinstance(actor, Worker) and not current_autonomy().is_autonomous:
+    if isinstance(actor, Worker) and not current_autonomy(kind=case.kind).is_autonomous:
         return _note_manual_needed(case.pk, case.version, actor)
     operation = held_operation(case)
     if operation is None:
@@ -164,7 +173,8 @@ def _note_manual_needed(case_id: int, version: int, actor: Actor) -> str:
         case.next_check_at = None
         case.waiting_on = WaitingOn.OWNER
         case.waiting_reason = (
-            "The order system is not autonomous: the owner records the settlement from evidence"
+            "The order system is not autonomous for this kind of change: the owner records "
+            "the settlement from evidence"
         )
         bump_and_save(case, ["next_check_at", "waiting_on", "waiting_reason"])
         record_event(
@@ -447,17 +457,14 @@ def case_settle_manually(
                 if looks_up:
                     raise SettlementContradicted(
                         f"The consistent lookup does not know {operation.key}: it cannot be "
-                        "settled as applied (a matching date alone is not proof)."
+                        "settled as applied (a matching order alone is not proof)."
                     ) from None
             except OrderSystemError:
                 lookup = None  # unreachable: the person's evidence stands on its own
-            if lookup is not None and (
-                lookup.order_id != operation.order_id
-                or lookup.delivery_date != operation.delivery_date
-            ):
+            if lookup is not None and not found_as_intended(operation, lookup):
                 raise SettlementContradicted(
                     f"The order system holds {operation.key} with another change "
-                    f"({lookup.order_id} → {lookup.delivery_date})."
+                    f"({lookup.order_id}: {kinds.audit_words(lookup.change)})."
                 )
     finally:
         if own_client:
@@ -484,7 +491,7 @@ def case_settle_manually(
                 order_id=operation.order_id,
                 status="applied",
                 order_version=order_version,
-                delivery_date=operation.delivery_date,
+                change=operation.change,
             )
             return _settle_applied(
                 case, Operation.objects.get(pk=operation.pk), record, actor, reason, detail
@@ -505,8 +512,9 @@ class SettlementUnproven(CaseError):
 def case_propose_reversal(*, case: Case, actor: Actor, expected_version: int) -> Proposal:
     """A cancellation arrived after the change was applied: propose putting the order back.
 
-    Reversal is a new intent — a new proposal, a new operation key and its own approval; the
-    old "yes" never authorizes it.
+    Reversal is a new intent — a new proposal (the kind's ``reversal`` of the value seen
+    before the change), a new operation key and its own approval; the old "yes" never
+    authorizes it. An irreversible kind has none: refused.
     """
     from approvals.services import proposal_prepare
 
@@ -517,8 +525,15 @@ def case_propose_reversal(*, case: Case, actor: Actor, expected_version: int) ->
         what="propose a reversal",
         expected_version=expected_version,
     ) as case:
-        if case.order_delivery_date_seen is None:
-            raise TransitionRejected("The original delivery date is not on record.", allowed=[])
+        kind = case.change_kind
+        back = kind.reversal(case.order_seen)
+        if back is None:
+            raise TransitionRejected(
+                f"{kind.label}: this change cannot be undone."
+                if kind.irreversible
+                else f"{kind.label}: the order's value before the change is not on record.",
+                allowed=[],
+            )
         from approvals.services import open_proposal, proposal_withdraw
 
         applied = open_proposal(case)
@@ -533,12 +548,12 @@ def case_propose_reversal(*, case: Case, actor: Actor, expected_version: int) ->
             case,
             "reopen_for_reversal",
             actor=actor,
-            reason="Cancellation arrived after the change: propose moving the delivery back to "
-            f"{case.order_delivery_date_seen:%Y-%m-%d}",
+            reason="Cancellation arrived after the change: propose putting it back, "
+            f"{kinds.audit_words(back)}",
             closed_at=None,
             retention_until=None,
         )
-        return proposal_prepare(case=case, actor=actor, delivery_date=case.order_delivery_date_seen)
+        return proposal_prepare(case=case, actor=actor, change=back)
 
 
 def case_record_customer_told(

@@ -21,7 +21,7 @@ from cases.models import Case, EvidenceReference, Status, WaitingOn
 from cases.retries import retries_reset
 from cases.scheduling import enqueue_on_commit
 from cases.services import evidence_add
-from reconciliation.client import OrderSystemClient
+from reconciliation.client import Order, OrderSystemClient
 from reconciliation.exceptions import OrderSystemError, UnknownOrder
 from reconciliation.failures import Words, literal, transient_failure_record
 from reconciliation.restore_detection import restore_detected
@@ -64,6 +64,8 @@ def source_check(*, case_id: int, client: OrderSystemClient | None = None) -> st
                 f"Order {case.order_id} is not an order of account {case.account.reference}",
             )
         if case.status == Status.WAITING_SOURCE:
+            kind = case.change_kind
+            seen = kind.seen(order)
             evidence_add(
                 case=case,
                 actor=actor,
@@ -71,24 +73,22 @@ def source_check(*, case_id: int, client: OrderSystemClient | None = None) -> st
                 external_reference=f"order:{order.order_id}@v{order.version}",
                 kind="order_read",
                 permitted_basis=EvidenceReference.Basis.CONTRACT,
-                summary=f"Order {order.order_id}: delivery {order.delivery_date:%Y-%m-%d}, "
-                f"version {order.version}",
+                summary=order_summary(order, kind.describe_seen(seen)),
                 order_version=order.version,
             )
             apply_transition(
                 case,
                 "source_checked",
                 actor=actor,
-                reason=f"Read order {order.order_id} at version {order.version}",
-                detail={
-                    "order_version": order.version,
-                    "delivery_date": order.delivery_date.isoformat(),
-                },
+                reason=f"Read order {order.order_id} at version {order.version}"
+                + ("" if order.status == "open" else f": the order is {order.status}"),
+                # What was seen is in the evidence (purged with the payload), not the audit.
+                detail={"order_version": order.version, "status": order.status},
                 # Due now: the enqueue below is a fast path; the dispatcher's lease on this
                 # due time re-drives the preparation if its task or worker is lost.
                 next_check_at=timezone.now(),
                 last_checked_order_version=order.version,
-                order_delivery_date_seen=order.delivery_date,
+                order_seen=seen,
                 last_error="",
                 **retries_reset(case, "source_check"),
             )
@@ -101,6 +101,13 @@ def source_check(*, case_id: int, client: OrderSystemClient | None = None) -> st
         ):
             return "invalidated"
         return "unchanged"
+
+
+def order_summary(order: Order, seen_words: str) -> str:
+    """The evidence of one read in words: the kind's current value, the order's status when it
+    is not open (the order system refuses every change then), and the version."""
+    status = "" if order.status == "open" else f"; the order is {order.status}, not open"
+    return f"Order {order.order_id}: {seen_words}{status}, version {order.version}"
 
 
 def _escalate(case_or_id, actor, reason: str) -> str:

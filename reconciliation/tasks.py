@@ -113,19 +113,20 @@ def _prepare_proposal(case_id: int) -> str:
         .exists()
     ):
         return "skipped"
-    slot_note = _advisory_slot_note(case)
+    advice = _advisory_note(case)
     try:
-        services.proposal_prepare(case=case, actor=Worker.current("proposer"), slot_note=slot_note)
+        services.proposal_prepare(case=case, actor=Worker.current("proposer"), advisory_note=advice)
     except CaseError:
         return "skipped"  # the case moved on meanwhile; the new state decides
     return "submitted"
 
 
-def _advisory_slot_note(case: Case) -> str:
-    """Slot availability is advice for the approver, never a reservation."""
+def _advisory_note(case: Case) -> str:
+    """The case's kind's advice for the approver (``ChangeKind.advisory``), read from the
+    order system now: never a reservation, and its failure is advice too."""
+    kind = case.change_kind
     try:
         with OrderSystemClient.from_settings() as client:
-            slot = client.get_slot(case.requested_date)
+            return kind.advisory(client, client.get_order(case.order_id), case.change)
     except OrderSystemError as exc:
-        return f"Slot availability unknown ({exc.error})"
-    return f"Slot {slot.date:%Y-%m-%d}: {slot.taken} of {slot.capacity} taken"
+        return f"{kind.label}: the order system could not be asked ({exc.error})"

@@ -1,10 +1,15 @@
 """``POST /api/hooks/orders/``: the order system's webhooks (CONTRACT §1 and §2).
 
 Authentication is the signature, not a session or token: ``X-Orders-Signature`` must be
-``sha256=<hex HMAC-SHA256(ORDER_WEBHOOK_SECRET, raw body)>``, checked over the exact bytes
-received, before anything is parsed or stored. Then the receipt is stored by event id and its
-processing queued (``reconciliation.inbound``); the answer is ``202`` either way, so the sender
-stops redelivering an event Holdfast already holds.
+``t=<unix seconds>,sha256=<hex HMAC-SHA256(ORDER_WEBHOOK_SECRET, "<seconds>." + raw body)>``,
+checked over the exact bytes received, before anything is parsed or stored, and the signed
+timestamp must be within ``ORDER_WEBHOOK_TOLERANCE_SECONDS`` of this server's clock (either
+way), so a delivery captured once cannot be replayed later; ``X-Orders-Timestamp``, when sent,
+must be the signed one. The order system signs every attempt anew (a resend by hand too).
+Anything else is ``401 bad_signature`` with a ``reason`` (``signature`` or ``timestamp``) and a
+detail that says which. Then the receipt is stored by event id and its processing queued
+(``reconciliation.inbound``); the answer is ``202`` either way, so the sender stops
+redelivering an event Holdfast already holds.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
+import time
 
 from django.conf import settings
 from django.urls import path
@@ -27,17 +34,57 @@ from cases.throttling import HookRateThrottle
 from reconciliation.inbound import inbound_event_receive
 
 SIGNATURE_HEADER = "X-Orders-Signature"
+TIMESTAMP_HEADER = "X-Orders-Timestamp"
 EVENT_ID_HEADER = "X-Orders-Event-Id"
 _TEXT_FIELDS = {"event_id": 100, "type": 60, "order_id": 60}
+_SIGNATURE = re.compile(r"t=([0-9]{1,12}),sha256=([0-9a-f]{64})")
 
 
-def signature_valid(body: bytes, header: str | None) -> bool:
-    """Whether ``header`` is the HMAC-SHA256 of ``body`` under the shared webhook secret."""
+class BadSignature(Exception):
+    """Why a delivery is not believed: ``reason`` is ``signature`` or ``timestamp``."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def signature_verify(
+    body: bytes, signature: str | None, timestamp: str | None, *, now: float
+) -> None:
+    """Return when ``signature`` is the shared secret's HMAC of its timestamp and ``body`` and
+    that timestamp is within the tolerance of ``now``; else ``BadSignature`` saying which.
+
+    The timestamp is judged only once the HMAC verifies: an unsigned one proves nothing.
+    """
     secret = settings.ORDER_WEBHOOK_SECRET
-    if not secret or not header:
-        return False
-    expected = "sha256=" + hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected.encode("ascii"), header.strip().encode("utf-8", "replace"))
+    if not secret:
+        raise BadSignature("signature", "No webhook secret is configured: nothing can verify.")
+    match = _SIGNATURE.fullmatch((signature or "").strip())
+    if match is None:
+        raise BadSignature(
+            "signature",
+            f"The {SIGNATURE_HEADER} header is missing or not t=<unix seconds>,sha256=<hex>.",
+        )
+    signed_at, digest = match.groups()
+    if timestamp is not None and timestamp.strip() != signed_at:
+        raise BadSignature(
+            "signature", f"The {TIMESTAMP_HEADER} header is not the signed timestamp."
+        )
+    signed = signed_at.encode("ascii") + b"." + body
+    expected = hmac.new(secret.encode("utf-8"), signed, hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected, digest):
+        raise BadSignature("signature", "The signature does not match the body and its timestamp.")
+    tolerance = settings.ORDER_WEBHOOK_TOLERANCE_SECONDS
+    skew = int(signed_at) - now
+    if abs(skew) > tolerance:
+        when = "before" if skew < 0 else "after"
+        raise BadSignature(
+            "timestamp",
+            f"The signature verifies, but it was made at {signed_at}, {abs(skew):.0f} seconds "
+            f"{when} this server's clock; ORDER_WEBHOOK_TOLERANCE_SECONDS allows {tolerance}. "
+            "A replayed or delayed delivery is refused; a resend is signed anew.",
+        )
 
 
 # The largest value the version columns hold on every supported database.
@@ -115,20 +162,29 @@ class OrderHookView(APIView):
             **error_responses(400),
             401: OpenApiResponse(
                 ErrorSerializer,
-                description="bad_signature: the X-Orders-Signature header is missing or does "
-                "not match the body; nothing was stored.",
+                description="bad_signature: X-Orders-Signature is missing, does not match "
+                "the body and its timestamp, or its timestamp is outside "
+                "ORDER_WEBHOOK_TOLERANCE_SECONDS (`reason`: signature or timestamp); nothing "
+                "was stored.",
             ),
         },
         tags=["hooks"],
     )
     def post(self, request):
         body = request.body
-        if not signature_valid(body, request.headers.get(SIGNATURE_HEADER)):
+        try:
+            signature_verify(
+                body,
+                request.headers.get(SIGNATURE_HEADER),
+                request.headers.get(TIMESTAMP_HEADER),
+                now=time.time(),
+            )
+        except BadSignature as refused:
             return _error(
                 401,
                 "bad_signature",
-                f"The {SIGNATURE_HEADER} header is missing or does not match the body; "
-                "nothing was stored.",
+                f"{refused.detail} Nothing was stored.",
+                reason=refused.reason,
             )
         try:
             event = parse_event(body, request.headers.get(EVENT_ID_HEADER))

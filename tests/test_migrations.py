@@ -9,10 +9,12 @@ one at a time, and applied again. New migrations are picked up from the migratio
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
+from importlib import import_module
 from pathlib import Path
 from urllib.parse import quote
 
@@ -187,6 +189,16 @@ def test_lock_rule_flags_each_kind_of_long_lock():
         AddIndexConcurrently("caseevent", models.Index(fields=["action"], name="ev_a2")),
         atomic=False,
     )
+    concurrent = import_module("cases.migrations.0025_case_one_open_per_order_kind")
+    assert not _lint(
+        concurrent.AddConstraintConcurrently(
+            "case",
+            models.UniqueConstraint(
+                fields=["order_id"], condition=models.Q(status="ready"), name="c_one"
+            ),
+        ),
+        atomic=False,
+    )
     assert not _lint(
         ops.CreateModel("Note", [("id", models.BigAutoField(primary_key=True))]),
         ops.AddIndex("note", models.Index(fields=["id"], name="note_id_idx")),
@@ -271,3 +283,21 @@ def test_the_audit_chain_backfill_never_holds_writers_off_the_events(tmp_path):
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.postgres_only
+def test_the_one_open_case_and_live_operation_constraints_are_built_concurrently(db):
+    """cases 0025 and approvals 0009 build their partial unique indexes without blocking
+    writes: the SQL they send is CREATE UNIQUE INDEX CONCURRENTLY (what the lock rule lets
+    ``AddConstraintConcurrently`` through for)."""
+    from django.core.management import call_command
+
+    for app, name in (
+        ("cases", "0025_case_one_open_per_order_kind"),
+        ("approvals", "0009_operation_one_live_per_change"),
+    ):
+        out = io.StringIO()
+        call_command("sqlmigrate", app, name, stdout=out)
+        sql = out.getvalue()
+        assert "CREATE UNIQUE INDEX CONCURRENTLY" in sql, sql
+        assert 'CREATE UNIQUE INDEX "' not in sql, sql

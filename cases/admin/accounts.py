@@ -11,6 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 from cases import selectors, services
+from cases.admin import intake
 from cases.admin.extend import EXTENSIONS
 from cases.admin.filters import PrintableBooleanFilter
 from cases.admin.forms import CustomerAccountForm
@@ -79,6 +80,18 @@ class CustomerAccountAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.Mod
         if request.method == "POST":
             return []
         return super().get_inline_instances(request, obj)
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: CustomerAccount | None = None,
+    ) -> HttpResponse:
+        if obj is not None and intake.may_open(request):
+            context["intake_url"] = intake.intake_url(account=obj)
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [

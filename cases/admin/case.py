@@ -21,8 +21,8 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from cases import selectors, services
-from cases.admin import views
+from cases import kinds, selectors, services
+from cases.admin import intake, views
 from cases.admin.extend import EXTENSIONS
 from cases.admin.filters import (
     ActionFilter,
@@ -59,7 +59,7 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         "status_badge",
         "account",
         "order_id",
-        "requested_date",
+        "change_display",
         "owner",
         "responsible_now_display",
         "waiting_on",
@@ -89,7 +89,8 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         "account",
         "request_key",
         "order_id",
-        "requested_date",
+        "kind_display",
+        "change_display",
         "note",
         "team",
         "waiting_on",
@@ -126,7 +127,8 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
                         "account",
                         "request_key",
                         "order_id",
-                        "requested_date",
+                        "kind_display",
+                        "change_display",
                         "note",
                         "team",
                     ]
@@ -158,7 +160,16 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         return selectors.cases_for(request.user)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # cases come from intake (API or integration), never a blank form
+        """Whoever may open cases (agents, leads) gets "Add", which leads to the intake page:
+        a case comes from intake (the page, the API or an integration), never a blank form."""
+        return intake.may_open(request)
+
+    def add_view(
+        self, request: HttpRequest, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        return HttpResponseRedirect(reverse("admin:cases_case_intake"))
 
     def has_delete_permission(self, request: HttpRequest, obj: Case | None = None) -> bool:
         # "Delete" is an authority revocation: the row stays (audit, retention) and the
@@ -225,6 +236,14 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         return format_html(
             '<span class="hf-status hf-{}">{}</span>', case.status, case.get_status_display()
         )
+
+    @admin.display(description="kind", ordering="kind")
+    def kind_display(self, case: Case) -> str:
+        return kinds.label_of(case.kind)
+
+    @admin.display(description="change asked for")
+    def change_display(self, case: Case) -> str:
+        return case.change_description
 
     @admin.display(description="responsible now")
     def responsible_now_display(self, case: Case) -> Any:
@@ -320,6 +339,11 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
     def get_urls(self) -> list[URLPattern]:
         action = self.admin_site.admin_view(self.action_view)
         custom = [
+            path(
+                "intake/",
+                self.admin_site.admin_view(self.intake_view),
+                name="cases_case_intake",
+            ),
             path("<int:pk>/transition/<str:name>/", action, name="cases_case_transition"),
             path("<int:pk>/do/<str:name>/", action, name="cases_case_action"),
             *(
@@ -333,6 +357,9 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
             ),
         ]
         return custom + super().get_urls()
+
+    def intake_view(self, request: HttpRequest) -> HttpResponse:
+        return intake.intake_view(self, request)
 
     def action_view(self, request: HttpRequest, pk: int, name: str) -> HttpResponse:
         return views.action_view(self, request, pk, name)

@@ -15,6 +15,9 @@ What may be added, and nothing else:
 - ``revoker``: what the admin's "Delete" does, which is revoking a case's authority; without one,
   no case can be deleted from the admin.
 - ``account_actions``: bulk actions on customer accounts, after the kernel's own.
+- ``order_reader``: how the intake page reads an order's current value from the order system
+  (``reader(order_id)`` returns the order, or None and why not, in words); without one the
+  page says it cannot show it.
 
 No business rule is registered here: each contribution renders, or calls one service.
 """
@@ -31,11 +34,13 @@ if TYPE_CHECKING:
     from django.contrib.admin.options import InlineModelAdmin
     from django.http import HttpRequest, HttpResponse
 
+    from cases.kinds import OrderView
     from cases.models import Case
 
     CaseFormView = Callable[[ModelAdmin[Case], HttpRequest, Case], HttpResponse]
     CaseContext = Callable[[HttpRequest, Case], Mapping[str, Any]]
     AccountAction = Callable[..., Any]
+    OrderReader = Callable[[str], tuple[OrderView | None, str]]
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,7 @@ class CaseAdminExtensions:
     context: list[CaseContext] = field(default_factory=list)
     revoker: CaseRevoker | None = None
     account_actions: list[AccountAction] = field(default_factory=list)
+    order_reader: OrderReader | None = None
 
 
 EXTENSIONS = CaseAdminExtensions()
@@ -87,6 +93,7 @@ def case_admin_extend(
     context: CaseContext | None = None,
     revoker: CaseRevoker | None = None,
     account_actions: Sequence[AccountAction] = (),
+    order_reader: OrderReader | None = None,
 ) -> None:
     """Add to the case admin. Registering the same thing twice changes nothing."""
     for position, inline in inlines:
@@ -101,3 +108,5 @@ def case_admin_extend(
     for action in account_actions:
         if action not in EXTENSIONS.account_actions:
             EXTENSIONS.account_actions.append(action)
+    if order_reader is not None:
+        EXTENSIONS.order_reader = order_reader

@@ -46,6 +46,20 @@ def holdfast_dashboard(context):
         "queues": queues,
         "panels": [(panel.title, panel.render(request)) for panel in dashboard_panels()],
         "absence": absence_context(request),
+        "intake": intake_context(request),
+    }
+
+
+def intake_context(request) -> dict | None:
+    """The way to open a case, for those who may (agents, leads): one link per kind."""
+    from cases import kinds
+    from cases.admin.intake import intake_url, may_open
+
+    if not may_open(request):
+        return None
+    return {
+        "url": intake_url(),
+        "kinds": [(kind.label, intake_url(kind=kind.code)) for kind in kinds.kinds()],
     }
 
 

@@ -706,10 +706,10 @@ def _post_webhook(d: Drill, body: dict) -> str:
     from reconciliation.webhooks import EVENT_ID_HEADER, SIGNATURE_HEADER, parse_event
 
     raw = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    signature = (
-        "sha256="
-        + hmac.new(settings.ORDER_WEBHOOK_SECRET.encode(), raw, hashlib.sha256).hexdigest()
-    )
+    # Signed as the order system signs each delivery: over "<unix seconds>." + the raw body.
+    signed_at = str(int(time.time()))
+    secret = settings.ORDER_WEBHOOK_SECRET.encode()
+    digest = hmac.new(secret, signed_at.encode() + b"." + raw, hashlib.sha256).hexdigest()
     if d.holdfast_url:
         response = httpx.post(
             d.holdfast_url.rstrip("/") + "/api/hooks/orders/",
@@ -717,7 +717,8 @@ def _post_webhook(d: Drill, body: dict) -> str:
             headers={
                 "Content-Type": "application/json",
                 EVENT_ID_HEADER: body["event_id"],
-                SIGNATURE_HEADER: signature,
+                SIGNATURE_HEADER: f"t={signed_at},sha256={digest}",
+                "X-Orders-Timestamp": signed_at,
             },
             timeout=10,
         )

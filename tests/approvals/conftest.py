@@ -43,6 +43,7 @@ def mock_order_client(*, version: int = 1, account_id: str = "ACC-100") -> Order
                 json={
                     "order_id": request.url.path.rsplit("/", 1)[-1],
                     "account_id": account_id,
+                    "status": "open",
                     "delivery_date": str(in_days(3)),
                     "version": version,
                 },

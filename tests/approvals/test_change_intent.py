@@ -10,6 +10,7 @@ from cases.models import CaseEvent, Status, WaitingOn
 from reconciliation import tasks as recon_tasks
 from reconciliation.exceptions import ApprovalRefused
 from reconciliation.sources import source_check
+from tests.support.fixtures import date_change
 
 from .conftest import ORDER, in_days, reload
 
@@ -18,7 +19,7 @@ def _change(case, actor, days):
     return services.case_change_intent(
         case=reload(case),
         actor=actor,
-        delivery_date=in_days(days),
+        change=date_change(in_days(days)),
         reason=f"Customer now wants day +{days}",
     )
 
@@ -38,7 +39,7 @@ def test_changed_date_supersedes_the_proposal_and_mints_the_next_operation_key(
     approval.refresh_from_db()
     assert case.status == Status.PREPARING_PROPOSAL
     assert case.waiting_on == WaitingOn.OWNER
-    assert case.requested_date == in_days(11)
+    assert case.change == date_change(in_days(11))
     assert proposal.status == Proposal.Status.SUPERSEDED
     assert approval.revoked_at is not None
     assert services.live_approval(case) is None
@@ -50,7 +51,7 @@ def test_changed_date_supersedes_the_proposal_and_mints_the_next_operation_key(
     assert recon_tasks.prepare_proposal(case.pk) == "submitted"
     new = Proposal.objects.get(case=case, status=Proposal.Status.AWAITING_REVIEW)
     assert new.pk != proposal.pk
-    assert new.delivery_date == in_days(11)
+    assert new.change == date_change(in_days(11))
     assert new.operation.key == f"DATE-{case.number}-2"
     assert not Approval.objects.filter(proposal=new).exists()
     assert reload(case).status == Status.AWAITING_REVIEW
@@ -68,19 +69,19 @@ def test_changing_the_date_back_is_not_authorized_by_the_first_approval(
     services.case_change_intent(
         case=reload(case),
         actor=lead,
-        delivery_date=first.delivery_date,
+        change=first.change,
         reason="Customer went back to the first date",
     )
 
     again = services.proposal_prepare(case=reload(case), actor=agent)
 
-    assert again.delivery_date == first.delivery_date
+    assert again.change == first.change
     assert not Approval.objects.filter(proposal=again).exists()
     try:
         result = receiver.apply_operation(
             ORDER,
             operation_key=again.operation.key,
-            delivery_date=again.delivery_date,
+            change=again.change,
             expected_version=1,
             fencing_token=1,
             approval_grant=old.grant,
@@ -109,15 +110,15 @@ def test_old_approval_cannot_authorize_the_changed_intent_at_the_receiver(
     assert second.operation.key != first.operation.key
 
     attempts = [
-        (second.operation.key, second.delivery_date),  # the new intent with the old grant
-        (first.operation.key, second.delivery_date),  # the old key with the new date
+        (second.operation.key, second.change),  # the new intent with the old grant
+        (first.operation.key, second.change),  # the old key with the new date
     ]
-    for key, date in attempts:
+    for key, change in attempts:
         with pytest.raises(ApprovalRefused) as refused:
             receiver.apply_operation(
                 ORDER,
                 operation_key=key,
-                delivery_date=date,
+                change=change,
                 expected_version=1,
                 fencing_token=1,
                 approval_grant=old.grant,
@@ -133,7 +134,7 @@ def test_restating_the_same_date_leaves_the_case_able_to_progress(approval, prop
     services.case_change_intent(
         case=case,
         actor=lead,
-        delivery_date=case.requested_date,
+        change=case.change,
         reason="Customer confirmed the same date again",
     )
 

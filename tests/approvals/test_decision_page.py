@@ -19,6 +19,7 @@ from approvals import selectors, services
 from approvals.models import Approval, Proposal
 from cases.models import Case
 from cases.next_action import describe_next_action
+from tests.support.fixtures import cancellation_change, date_change, requested_date
 
 from .conftest import in_days, read_order, reload
 
@@ -41,12 +42,12 @@ def _named(user, first: str, last: str):
 
 @pytest.fixture
 def noted_proposal(make_case, agent, approver, lead):
-    """A proposal by the agent for a case with a customer's note, with an advisory slot note."""
+    """A proposal by the agent for a case with a customer's note, with the kind's advice."""
     _named(approver, "Ari", "Approver")
     case = read_order(make_case(note=NOTE))
-    date = case.requested_date
+    date = requested_date(case)
     return services.proposal_prepare(
-        case=case, actor=agent, slot_note=SLOT.format(date=f"{date:%Y-%m-%d}")
+        case=case, actor=agent, advisory_note=SLOT.format(date=f"{date:%Y-%m-%d}")
     )
 
 
@@ -84,24 +85,28 @@ def _forms(body: str) -> dict[str | None, dict]:
 # --- content --------------------------------------------------------------------------------
 
 
-def test_page_shows_current_and_requested_dates_the_note_slot_and_exact_expiry(
+def test_page_shows_the_value_now_and_the_change_the_note_the_advice_and_exact_expiry(
     client, approver, noted_proposal, settings
 ):
     case = reload(noted_proposal.case)
-    assert case.order_delivery_date_seen == in_days(3)
+    assert case.order_seen == {"delivery_date": in_days(3).isoformat()}
     before = services.approval_expiry_bounds()
     body = _page(client, approver, noted_proposal)
     after = services.approval_expiry_bounds()
 
-    current = body.index('id="hf-current-date"')
-    requested = body.index('id="hf-requested-date"')
-    assert f"{in_days(3):%a %Y-%m-%d}" in body[current:requested]
+    current = body.index('id="hf-current-value"')
+    requested = body.index('id="hf-requested-value"')
+    assert f"delivery on {in_days(3):%a %Y-%m-%d}" in body[current:requested]
     assert "order version 1" in body[current:requested]
-    assert f"{case.requested_date:%a %Y-%m-%d}" in body[requested : requested + 300]
+    assert (
+        f"the delivery moves to {requested_date(case):%A %d %B %Y}"
+        in (body[requested : requested + 300])
+    )
     assert "the loading dock is closed on Thursday." in body
+    assert 'id="hf-irreversible"' not in body
     captured = timezone.localtime(noted_proposal.created_at)
     assert (
-        f"{SLOT.format(date=f'{case.requested_date:%Y-%m-%d}')} (advisory, captured "
+        f"{SLOT.format(date=f'{requested_date(case):%Y-%m-%d}')} (advisory, captured "
         f"{captured:%Y-%m-%d %H:%M} UTC" in body
     )
     assert f"order:{case.order_id}@v1" in body  # the evidence reference it rests on
@@ -113,11 +118,27 @@ def test_page_shows_current_and_requested_dates_the_note_slot_and_exact_expiry(
     assert "Approve this exact proposal" in body
 
 
-def test_page_says_not_checked_when_no_slot_was_captured(client, approver, checked_case, agent):
+def test_page_says_not_checked_when_no_advice_was_captured(client, approver, checked_case, agent):
     proposal = services.proposal_prepare(case=reload(checked_case), actor=agent)
-    assert proposal.slot_note == ""
+    assert proposal.advisory_note == ""
     body = _page(client, approver, proposal)
-    assert '<dd id="hf-slot">not checked</dd>' in body
+    assert '<dd id="hf-advice">not checked</dd>' in body
+
+
+def test_a_cancellation_says_before_approval_that_it_cannot_be_undone(
+    client, approver, make_case, agent
+):
+    case = read_order(make_case(change=cancellation_change("duplicate")))
+    proposal = services.proposal_prepare(case=case, actor=agent)
+
+    body = _page(client, approver, proposal)
+
+    assert 'id="hf-irreversible"' in body
+    assert "This cannot be undone." in body
+    assert "Approve this exact proposal (cannot be undone)" in body
+    assert "the order is cancelled (a duplicate order); this cannot be undone" in body
+    current = body.index('id="hf-current-value"')
+    assert "order open" in body[current : current + 300]
 
 
 def test_page_says_when_the_customer_left_no_note(client, approver, proposal):
@@ -325,7 +346,7 @@ def test_a_changed_intent_during_review_ends_the_review_deadline(proposal, agent
     services.case_change_intent(
         case=case,
         actor=agent,
-        delivery_date=case.requested_date + dt.timedelta(days=1),
+        change=date_change(requested_date(case) + dt.timedelta(days=1)),
         reason="The customer asked for the day after",
         expected_version=case.version,
     )

@@ -15,6 +15,7 @@ from approvals.models import Approval, Proposal
 from cases.exceptions import InvalidCaseInput
 from cases.kernel import lock_case
 from cases.models import CaseEvent, Status, WaitingOn
+from tests.support.fixtures import date_change
 
 from .conftest import in_days, reload
 
@@ -39,8 +40,9 @@ def test_approval_records_the_decision_signs_the_grant_and_queues_the_case(
         approval.grant,
         operation_key=proposal.operation.key,
         order_id=proposal.order_id,
-        delivery_date=proposal.delivery_date,
+        change=proposal.change,
     )
+    assert grant.change == proposal.change
     assert (grant.approval_id, grant.expires_at) == (approval.reference, approval.expires_at)
     event = CaseEvent.objects.filter(case=case).latest("id")
     assert event.to_status == Status.READY
@@ -52,7 +54,7 @@ def test_approving_a_superseded_proposal_is_refused_as_not_current(proposal, app
     services.case_change_intent(
         case=proposal.case,
         actor=lead,
-        delivery_date=in_days(11),
+        change=date_change(in_days(11)),
         reason="Customer asked for another day",
     )
     proposal.refresh_from_db()

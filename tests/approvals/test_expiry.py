@@ -21,7 +21,7 @@ def _apply(receiver, approval, *, version=1, token=1):
     return receiver.apply_operation(
         ORDER,
         operation_key=approval.operation.key,
-        delivery_date=approval.proposal.delivery_date,
+        change=approval.proposal.change,
         expected_version=version,
         fencing_token=token,
         approval_grant=approval.grant,

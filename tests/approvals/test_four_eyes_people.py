@@ -1,8 +1,8 @@
 """Four eyes bound to people, not rows: nobody who authored a proposal's intent approves it.
 
-An author is whoever opened the case (when a person did), changed its requested date, prepared
-the proposal by hand or asked for it to be prepared again. The worker preparing the proposal does
-not launder the intent: the person behind it still may not decide it.
+An author is whoever opened the case (when a person did), re-sent its request, changed the change
+it asks for, prepared the proposal by hand or asked for it to be prepared again. The worker
+preparing the proposal does not launder the intent: the person behind it still may not decide it.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from approvals.models import Approval, Proposal, ProposalAuthor
 from cases.append_only import maintenance
 from cases.kernel import Worker
 from cases.models import CaseEvent, Status
-from cases.services import case_intake, case_transition
+from cases.services import case_open, case_transition
 from reconciliation import tasks as recon_tasks
+from tests.support.fixtures import date_change
 
 from .conftest import ORDER, in_days, read_order, reload
 
@@ -54,15 +55,28 @@ def _worker_prepares(case) -> Proposal:
 
 def _opened_by(user, account):
     """A case ``user`` opened through intake, its order read: preparing a proposal."""
-    case, created = case_intake(
+    case, created = case_open(
         actor=user,
         account=account,
         request_key=f"opened-by-{user.username}",
         order_id=ORDER,
-        requested_date=in_days(9),
+        kind="delivery_date",
+        change=date_change(in_days(9)),
     )
     assert created
     return read_order(case)
+
+
+def _resend(user, case):
+    """``user`` sends ``case``'s request (its account and request key) again."""
+    return case_open(
+        actor=user,
+        account=case.account,
+        request_key=case.request_key,
+        order_id=case.order_id,
+        kind=case.kind,
+        change=case.change,
+    )
 
 
 def _authors(proposal) -> set[tuple[str, str]]:
@@ -101,12 +115,13 @@ def _refused(proposal, user) -> OwnProposal:
 def test_the_person_who_opened_the_case_cannot_approve_the_workers_proposal(
     account, both, approver
 ):
-    case, created = case_intake(
+    case, created = case_open(
         actor=both,
         account=account,
         request_key="both-1",
         order_id=ORDER,
-        requested_date=in_days(9),
+        kind="delivery_date",
+        change=date_change(in_days(9)),
     )
     assert created
     case = read_order(case)
@@ -156,6 +171,96 @@ def test_the_account_verifier_is_not_an_author(make_case, account, lead, both):
     assert services.proposal_approve(proposal=proposal, actor=lead).decided_by == lead
 
 
+# --- a second intake of the same request (issue 25) ---------------------------------------------
+
+
+@pytest.fixture
+def dual(make_user, team):
+    """A lead who is also an approver of the team."""
+    user = make_user("dual", "lead", teams=[team])
+    user.groups.add(Group.objects.get(name="approver"))
+    return user
+
+
+def test_who_re_sends_another_requesters_request_joins_it_and_cannot_approve(
+    account, agent, dual, approver
+):
+    """dual re-sends the agent's account + request_key: the same case comes back, the join is
+    on the case's trail, and dual is an author of its intent who may not approve it."""
+    case, created = case_open(
+        actor=agent,
+        account=account,
+        request_key="email-agent-1",
+        order_id=ORDER,
+        kind="delivery_date",
+        change=date_change(in_days(9)),
+    )
+    assert created
+    again, created = _resend(dual, case)
+    assert (again.pk, created) == (case.pk, False)
+    joined = CaseEvent.objects.get(case=case, action="cases.case.request_joined")
+    assert (joined.actor, joined.detail) == (dual, {"request_key": "email-agent-1"})
+
+    proposal = _worker_prepares(read_order(reload(case)))
+
+    error = _refused(proposal, dual)
+    assert error.extra == {"roles": [Role.JOINED_REQUEST]}
+    assert f"You sent the request of {case.reference} again" in str(error)
+    assert _authors(proposal) == {("agent", Role.OPENED_CASE), ("dual", Role.JOINED_REQUEST)}
+    assert ProposalAuthor.objects.get(proposal=proposal, user=dual).event == joined
+    assert services.proposal_approve(proposal=proposal, actor=approver).decided_by == approver
+
+
+def test_who_joins_a_request_after_its_proposal_was_prepared_cannot_approve(
+    account, agent, dual, approver
+):
+    """The authors are read again before every decision: a join after the proposal counts."""
+    case = _opened_by(agent, account)
+    proposal = _worker_prepares(case)
+    _resend(dual, case)
+
+    error = _refused(proposal, dual)
+    assert error.extra == {"roles": [Role.JOINED_REQUEST]}
+
+
+def test_the_same_person_re_sending_their_own_request_is_not_recorded_again(account, agent):
+    case = _opened_by(agent, account)
+    events = CaseEvent.objects.filter(case=case).count()
+
+    for _ in range(2):
+        _resend(agent, case)
+
+    assert CaseEvent.objects.filter(case=case).count() == events
+    assert reload(case).version == case.version
+
+
+def test_a_joiner_is_recorded_once_however_often_they_re_send(account, agent, dual):
+    case = _opened_by(agent, account)
+    for _ in range(3):
+        _resend(dual, case)
+
+    assert CaseEvent.objects.filter(case=case, action="cases.case.request_joined").count() == 1
+
+
+def test_a_joiner_over_the_api_is_recorded_too(account, agent, dual, api):
+    case = _opened_by(agent, account)
+    body = {
+        "account": account.reference,
+        "request_key": case.request_key,
+        "order_id": ORDER,
+        "kind": "delivery_date",
+        "change": case.change,
+    }
+
+    response = api(dual).post("/api/cases/", body, format="json")
+
+    assert response.status_code == 200, response.json()
+    assert response.json()["reference"] == case.reference
+    assert CaseEvent.objects.filter(
+        case=case, action="cases.case.request_joined", actor=dual
+    ).exists()
+
+
 # --- a changed intent ---------------------------------------------------------------------------
 
 
@@ -164,7 +269,10 @@ def test_who_changed_the_date_under_review_cannot_approve_the_next_proposal(
 ):
     first = _worker_prepares(checked_case)
     services.case_change_intent(
-        case=reload(checked_case), actor=both, delivery_date=in_days(12), reason="Customer asked"
+        case=reload(checked_case),
+        actor=both,
+        change=date_change(in_days(12)),
+        reason="Customer asked",
     )
     first.refresh_from_db()
     assert first.status == Proposal.Status.SUPERSEDED
@@ -172,16 +280,19 @@ def test_who_changed_the_date_under_review_cannot_approve_the_next_proposal(
     assert event.detail["transition"] == "revise"
 
     proposal = _worker_prepares(reload(checked_case))
-    assert proposal.delivery_date == in_days(12)
+    assert proposal.change == date_change(in_days(12))
     error = _refused(proposal, both)
-    assert f"You changed the requested date of {checked_case.reference}" in str(error)
+    assert f"You changed the change {checked_case.reference} asks for" in str(error)
     assert _authors(proposal) == {("both", Role.CHANGED_INTENT)}
     assert services.proposal_approve(proposal=proposal, actor=approver).decided_by == approver
 
 
 def test_who_changed_the_date_while_it_was_being_prepared_cannot_approve(checked_case, both):
     services.case_change_intent(
-        case=reload(checked_case), actor=both, delivery_date=in_days(13), reason="Customer asked"
+        case=reload(checked_case),
+        actor=both,
+        change=date_change(in_days(13)),
+        reason="Customer asked",
     )
     assert CaseEvent.objects.filter(case=checked_case).latest("id").action == (
         "cases.case.intent_changed"
@@ -194,11 +305,14 @@ def test_who_changed_the_date_while_it_was_being_prepared_cannot_approve(checked
 def test_who_changed_the_date_to_an_open_drafts_date_becomes_its_author(checked_case, both):
     worker = Worker("worker:test")
     draft = services.proposal_prepare(
-        case=reload(checked_case), actor=worker, delivery_date=in_days(14), submit=False
+        case=reload(checked_case), actor=worker, change=date_change(in_days(14)), submit=False
     )
     assert _authors(draft) == set()
     services.case_change_intent(
-        case=reload(checked_case), actor=both, delivery_date=in_days(14), reason="Customer agreed"
+        case=reload(checked_case),
+        actor=both,
+        change=date_change(in_days(14)),
+        reason="Customer agreed",
     )
     draft.refresh_from_db()
     assert draft.status == Proposal.Status.DRAFT  # it already carries the new date
@@ -215,13 +329,13 @@ def test_who_prepared_by_hand_with_another_date_cannot_approve(checked_case, bot
     proposal = services.proposal_prepare_by_hand(
         case=case,
         actor=both,
-        delivery_date=in_days(10),
+        change=date_change(in_days(10)),
         reason="Customer confirmed day +10",
         expected_version=case.version,
     )
     error = _refused(proposal, both)
     assert str(error) == (
-        f"You changed the requested date of {case.reference} and prepared proposal "
+        f"You changed the change {case.reference} asks for and prepared proposal "
         f"#{proposal.pk}; another approver must decide it."
     )
     assert error.extra == {"roles": [Role.CHANGED_INTENT, Role.PREPARED]}
@@ -231,12 +345,12 @@ def test_who_prepared_by_hand_with_another_date_cannot_approve(checked_case, bot
     assert services.proposal_approve(proposal=proposal, actor=approver).decided_by == approver
 
 
-def test_who_prepared_by_hand_the_requested_date_cannot_approve(checked_case, both):
+def test_who_prepared_by_hand_the_requested_change_cannot_approve(checked_case, both):
     case = reload(checked_case)
     proposal = services.proposal_prepare_by_hand(
         case=case,
         actor=both,
-        delivery_date=case.requested_date,
+        change=case.change,
         reason="As asked",
         expected_version=case.version,
     )
@@ -283,13 +397,13 @@ def test_every_role_of_one_person_is_named(account, both):
     proposal = services.proposal_prepare_by_hand(
         case=case,
         actor=both,
-        delivery_date=in_days(11),
+        change=date_change(in_days(11)),
         reason="Customer confirmed",
         expected_version=case.version,
     )
     error = _refused(proposal, both)
     assert str(error) == (
-        f"You opened {case.reference}, changed the requested date of {case.reference} and "
+        f"You opened {case.reference}, changed the change {case.reference} asks for and "
         f"prepared proposal #{proposal.pk}; another approver must decide it."
     )
 

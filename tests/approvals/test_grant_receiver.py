@@ -13,6 +13,7 @@ from approvals import services
 from approvals.grants import grant_issue
 from reconciliation.exceptions import ApprovalRefused
 from reconciliation.sources import source_check
+from tests.support.fixtures import date_change
 
 from .conftest import ORDER, in_days, reload
 
@@ -47,35 +48,37 @@ def test_issued_grant_verifies_at_the_receiver_and_every_altered_one_is_refused(
     approved, receiver, live_orders
 ):
     operation = approved.operation
-    date = approved.proposal.delivery_date
+    change = approved.proposal.change
+    date = dt.date.fromisoformat(change["delivery_date"])
+    later = date_change(date + dt.timedelta(days=1))
     payload = _payload(approved.grant)
     expiry = dt.datetime.fromisoformat(payload["expires_at"].replace("Z", "+00:00"))
     assert payload == {
         "approval_id": approved.reference,
         "operation_key": operation.key,
         "order_id": ORDER,
-        "change": {"delivery_date": date.isoformat()},
+        "change": {"kind": "delivery_date", "delivery_date": date.isoformat()},
         "expires_at": payload["expires_at"],
     }
     resigned = {  # correctly signed with the shared key, but for something else
         "operation_key": grant_issue(
             operation_key=f"{operation.key}9",
             order_id=ORDER,
-            delivery_date=date,
+            change=change,
             approval_id=approved.reference,
             expires_at=expiry,
         ),
         "order_id": grant_issue(
             operation_key=operation.key,
             order_id="ORD-0001",
-            delivery_date=date,
+            change=change,
             approval_id=approved.reference,
             expires_at=expiry,
         ),
         "change": grant_issue(
             operation_key=operation.key,
             order_id=ORDER,
-            delivery_date=date + dt.timedelta(days=1),
+            change=later,
             approval_id=approved.reference,
             expires_at=expiry,
         ),
@@ -87,7 +90,7 @@ def test_issued_grant_verifies_at_the_receiver_and_every_altered_one_is_refused(
                 "approval_id": "AP-99999",
                 "operation_key": f"{operation.key}9",
                 "order_id": "ORD-0001",
-                "change": {"delivery_date": (date + dt.timedelta(days=1)).isoformat()},
+                "change": later,
                 "expires_at": "2099-01-01T00:00:00Z",
             }.items()
         },
@@ -95,7 +98,7 @@ def test_issued_grant_verifies_at_the_receiver_and_every_altered_one_is_refused(
         "another key": grant_issue(
             operation_key=operation.key,
             order_id=ORDER,
-            delivery_date=date,
+            change=change,
             approval_id=approved.reference,
             expires_at=expiry,
             key="not-the-shared-key",
@@ -109,7 +112,7 @@ def test_issued_grant_verifies_at_the_receiver_and_every_altered_one_is_refused(
             receiver.apply_operation(
                 ORDER,
                 operation_key=operation.key,
-                delivery_date=date,
+                change=change,
                 expected_version=1,
                 fencing_token=1,
                 approval_grant=grant,
@@ -117,12 +120,12 @@ def test_issued_grant_verifies_at_the_receiver_and_every_altered_one_is_refused(
         assert refused.value.kind == "approval_invalid", label
 
     # The genuine grant sent for another change or operation than it names is refused too.
-    for key, other_date in ((operation.key, in_days(12)), (f"{operation.key}9", date)):
+    for key, other in ((operation.key, date_change(in_days(12))), (f"{operation.key}9", change)):
         with pytest.raises(ApprovalRefused) as refused:
             receiver.apply_operation(
                 ORDER,
                 operation_key=key,
-                delivery_date=other_date,
+                change=other,
                 expected_version=1,
                 fencing_token=1,
                 approval_grant=approved.grant,
@@ -133,7 +136,7 @@ def test_issued_grant_verifies_at_the_receiver_and_every_altered_one_is_refused(
     result = receiver.apply_operation(
         ORDER,
         operation_key=operation.key,
-        delivery_date=date,
+        change=change,
         expected_version=1,
         fencing_token=1,
         approval_grant=approved.grant,

@@ -17,7 +17,7 @@ NOW = dt.datetime(2030, 5, 10, 12, 0, 0, tzinfo=dt.UTC)
 FIELDS = {
     "operation_key": "DATE-41-1",
     "order_id": "ORD-41",
-    "delivery_date": dt.date(2030, 5, 17),
+    "change": {"kind": "delivery_date", "delivery_date": "2030-05-17"},
     "approval_id": "AP-9",
     "expires_at": NOW + dt.timedelta(hours=1),
 }
@@ -48,14 +48,14 @@ def test_issued_grant_has_the_binding_v1_format_and_verifies():
     assert "=" not in token
     assert _payload(token) == {
         "approval_id": "AP-9",
-        "change": {"delivery_date": "2030-05-17"},
+        "change": {"kind": "delivery_date", "delivery_date": "2030-05-17"},
         "expires_at": "2030-05-10T13:00:00Z",
         "operation_key": "DATE-41-1",
         "order_id": "ORD-41",
     }
     assert token == _resign(_payload(token))
     grant = grant_verify(token, key=KEY, now=NOW)
-    assert grant.delivery_date == dt.date(2030, 5, 17)
+    assert grant.change == {"kind": "delivery_date", "delivery_date": "2030-05-17"}
     assert grant.expires_at == dt.datetime(2030, 5, 10, 13, 0, tzinfo=dt.UTC)
     assert (grant.operation_key, grant.order_id, grant.approval_id) == (
         "DATE-41-1",
@@ -91,7 +91,8 @@ def test_grant_key_defaults_to_the_setting(settings):
         ("approval_id", "AP-10"),
         ("operation_key", "DATE-41-2"),
         ("order_id", "ORD-42"),
-        ("change", {"delivery_date": "2030-05-18"}),
+        ("change", {"kind": "delivery_date", "delivery_date": "2030-05-18"}),
+        ("change", {"kind": "order_cancellation", "reason_code": "other"}),
         ("expires_at", "2030-05-11T13:00:00Z"),
     ],
 )
@@ -160,12 +161,45 @@ def test_grant_verification_can_require_the_exact_operation_order_and_change():
         now=NOW,
         operation_key="DATE-41-1",
         order_id="ORD-41",
-        delivery_date=dt.date(2030, 5, 17),
+        change={"kind": "delivery_date", "delivery_date": "2030-05-17"},
     )
     for expectation in (
         {"operation_key": "DATE-41-2"},
         {"order_id": "ORD-42"},
-        {"delivery_date": dt.date(2030, 5, 18)},
+        {"change": {"kind": "delivery_date", "delivery_date": "2030-05-18"}},
     ):
         with pytest.raises(GrantInvalid):
             grant_verify(token, key=KEY, now=NOW, **expectation)
+
+
+ADDRESS = {
+    "kind": "shipping_address",
+    "address": {
+        "name": "Dana Whitfield",
+        "line1": "4 Quay Road",
+        "city": "Bristol",
+        "postal_code": "BS1 5TX",
+        "country": "GB",
+    },
+}
+
+
+def test_a_grant_signs_the_whole_change_in_its_kinds_canonical_form():
+    token = grant_issue(
+        key=KEY,
+        **{**FIELDS, "change": {**ADDRESS, "address": {**ADDRESS["address"], "line2": " "}}},
+    )
+
+    assert _payload(token)["change"] == ADDRESS  # the empty line2 is left out, as sent
+    assert grant_verify(token, key=KEY, now=NOW, change=ADDRESS).change == ADDRESS
+    other_city = {**ADDRESS, "address": {**ADDRESS["address"], "city": "Bath"}}
+    with pytest.raises(GrantInvalid):
+        grant_verify(token, key=KEY, now=NOW, change=other_city)
+
+
+def test_a_grant_whose_change_names_no_kind_fails_verification():
+    payload = _payload(grant_issue(key=KEY, **FIELDS))
+    with pytest.raises(GrantInvalid):
+        grant_verify(
+            _resign({**payload, "change": {"delivery_date": "2030-05-17"}}), key=KEY, now=NOW
+        )

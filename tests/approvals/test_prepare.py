@@ -6,9 +6,16 @@ import pytest
 
 from approvals import services
 from approvals.models import Operation, Proposal
+from cases import kinds
 from cases.exceptions import InvalidCaseInput
 from cases.models import Case, CaseEvent, EvidenceReference, Status, WaitingOn
 from reconciliation import tasks as recon_tasks
+from tests.support.fixtures import (
+    address_change,
+    cancellation_change,
+    date_change,
+    requested_date,
+)
 
 from .conftest import ORDER, in_days, reload
 
@@ -18,7 +25,7 @@ def test_prepare_task_submits_a_proposal_for_review_with_the_first_operation_key
     checked_case, live_orders
 ):
     case = checked_case
-    live_orders.seed(slots=[{"date": str(case.requested_date), "capacity": 5, "taken": 2}])
+    live_orders.seed(slots=[{"date": str(requested_date(case)), "capacity": 5, "taken": 2}])
 
     assert recon_tasks.prepare_proposal(case.pk) == "submitted"
 
@@ -28,14 +35,14 @@ def test_prepare_task_submits_a_proposal_for_review_with_the_first_operation_key
     assert case.waiting_on == WaitingOn.APPROVERS
     assert proposal.status == Proposal.Status.AWAITING_REVIEW
     assert proposal.operation.key == f"DATE-{case.number}-1"
-    assert (proposal.order_id, proposal.delivery_date) == (ORDER, case.requested_date)
+    assert (proposal.order_id, proposal.change) == (ORDER, case.change)
     assert proposal.evidence_order_version == 1
     assert proposal.evidence_ids == list(
         EvidenceReference.objects.filter(case=case).values_list("pk", flat=True)
     )
     assert proposal.prepared_by is None
     assert proposal.prepared_by_label.startswith("proposer:")
-    assert proposal.slot_note == f"Slot {case.requested_date:%Y-%m-%d}: 2 of 5 taken"
+    assert proposal.advisory_note == f"Slot {requested_date(case):%Y-%m-%d}: 2 of 5 taken"
     submitted = CaseEvent.objects.filter(case=case).latest("id")
     assert submitted.to_status == Status.AWAITING_REVIEW
     assert submitted.detail["operation_key"] == proposal.operation.key
@@ -52,27 +59,29 @@ def test_prepare_task_with_unreachable_slot_lookup_still_submits_with_advice_unk
     settings.ORDER_SYSTEM_URL = f"http://127.0.0.1:{closed_port}"
     assert recon_tasks.prepare_proposal(checked_case.pk) == "submitted"
     proposal = Proposal.objects.get(case=checked_case)
-    assert proposal.slot_note.startswith("Slot availability unknown")
+    assert proposal.advisory_note == (
+        "Delivery date: the order system could not be asked (connect_failed)"
+    )
     assert reload(checked_case).status == Status.AWAITING_REVIEW
 
 
 def test_person_prepares_a_proposal_by_hand_with_another_confirmed_date(checked_case, agent):
     other_date = in_days(12)
-    assert other_date != checked_case.requested_date
+    assert other_date != requested_date(checked_case)
 
     proposal = services.proposal_prepare(
         case=checked_case,
         actor=agent,
-        delivery_date=other_date,
-        slot_note="Customer confirmed by phone",
+        change=date_change(other_date),
+        advisory_note="Customer confirmed by phone",
     )
 
     proposal.refresh_from_db()
-    assert proposal.delivery_date == other_date
-    assert proposal.change == {"delivery_date": other_date.isoformat()}
+    assert proposal.change == {"kind": "delivery_date", "delivery_date": other_date.isoformat()}
     assert proposal.prepared_by == agent
     assert proposal.status == Proposal.Status.AWAITING_REVIEW
-    assert proposal.operation.delivery_date == other_date
+    assert proposal.operation.change == proposal.change
+    assert proposal.operation.change_hash == kinds.change_hash(proposal.change)
     assert proposal.operation.key == f"DATE-{checked_case.number}-1"
     assert reload(checked_case).status == Status.AWAITING_REVIEW
 
@@ -91,9 +100,49 @@ def test_at_most_one_open_proposal_per_case_is_a_database_constraint(proposal):
         Proposal.objects.create(
             case=proposal.case,
             order_id=proposal.order_id,
-            delivery_date=in_days(9),
+            change=date_change(in_days(9)),
             evidence_order_version=1,
             content_hash="x" * 64,
             prepared_by_label="someone",
             status=Proposal.Status.DRAFT,
         )
+
+
+def test_a_proposal_of_another_kind_than_the_cases_is_refused(checked_case, agent):
+    with pytest.raises(InvalidCaseInput) as refused:
+        services.proposal_prepare(case=checked_case, actor=agent, change=cancellation_change())
+    assert set(refused.value.fields) == {"change.kind"}
+    assert not Proposal.objects.filter(case=checked_case).exists()
+
+
+@pytest.mark.order_system
+def test_an_address_change_is_advised_on_the_country_and_a_cancellation_that_it_is_final(
+    live_orders, make_case
+):
+    """The advice comes from each kind: a country the order system does not ship to, and a
+    cancellation that cannot be undone; an order no longer open is named for every kind."""
+    from reconciliation.sources import source_check
+
+    live_orders.seed(
+        orders=[
+            {
+                "order_id": "ORD-SHIPPED",
+                "account_id": "ACC-100",
+                "delivery_date": str(in_days(3)),
+                "status": "shipped",
+            }
+        ]
+    )
+    abroad = make_case(change=address_change(country="US"))
+    final = make_case(change=cancellation_change())
+    shipped = make_case(order_id="ORD-SHIPPED", change=address_change())
+    for case in (abroad, final, shipped):
+        assert source_check(case_id=case.pk) == "checked"
+        assert recon_tasks.prepare_proposal(case.pk) == "submitted"
+
+    def advice(case):
+        return Proposal.objects.get(case=case).advisory_note
+
+    assert advice(abroad) == "The order system does not ship to US: it refuses this change"
+    assert advice(final) == "This cannot be undone: once applied there is no reversal"
+    assert advice(shipped) == "Order ORD-SHIPPED is shipped: the order system refuses it"

@@ -82,7 +82,8 @@ def test_admin_proposal_page_shows_the_exact_change_evidence_preparer_and_defaul
     after = timezone.now() + default
     body = response.content.decode()
 
-    assert f"Decide: move ORD-7731 to {proposal.delivery_date:%A, %Y-%m-%d}" in body
+    assert f"Decide: ORD-7731 — {proposal.description}" in body
+    assert proposal.description.startswith("the delivery moves to ")
     assert "rests on order version <strong>1</strong>" in body
     assert "prepared by <strong>agent</strong>" in body
     assert f"operation <strong>{proposal.operation.key}</strong>" in body

@@ -7,6 +7,7 @@ in through the admin's login form and press the buttons as a person does.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from pathlib import Path
 
@@ -30,7 +31,7 @@ def _open_decision(open_page, proposal: Proposal, *, viewport=DESKTOP, user="app
     page = open_page(viewport)
     login(page, user)
     page.goto(_decision_url(proposal))
-    heading = page.get_by_role("heading", name=re.compile(r"^Decide: move "))
+    heading = page.get_by_role("heading", name=re.compile(r"^Decide: ORD-"))
     assert heading.count() == 1, visible_text(page)
     return page
 
@@ -112,14 +113,10 @@ def test_the_decision_page_fits_a_desktop_and_a_phone_before_and_after_the_decis
     _fits(desktop, DESKTOP["width"], "1280x800")
     panel = desktop.locator(".hf-decision").inner_text()
     assert NOTE in panel
-    assert (
-        f"{proposal.delivery_date:%Y-%m-%d}" in desktop.locator("#hf-requested-date").inner_text()
-    )
-    assert (
-        f"{case.order_delivery_date_seen:%Y-%m-%d}"
-        in desktop.locator("#hf-current-date").inner_text()
-    )
-    assert "0 of 5 taken (advisory, captured" in desktop.locator("#hf-slot").inner_text()
+    assert proposal.description in desktop.locator("#hf-requested-value").inner_text()
+    seen = dt.date.fromisoformat(case.order_seen["delivery_date"])
+    assert f"{seen:%a %Y-%m-%d}" in desktop.locator("#hf-current-value").inner_text()
+    assert "0 of 5 taken (advisory, captured" in desktop.locator("#hf-advice").inner_text()
     assert "Ari Approver (approver)" in desktop.locator("#hf-deciders").inner_text()
 
     phone = _open_decision(open_page, proposal, viewport=PHONE)

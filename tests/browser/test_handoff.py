@@ -57,14 +57,14 @@ def timeline(page) -> str:
 
 
 def assert_one_applied_operation(live_orders, case) -> None:
-    """The order system's own records: one operation, applied once, with the intended date."""
+    """The order system's own records: one operation, applied once, with the intended change."""
     order = live_orders.state(ORDER)
     operations = order["operations"]
     assert len(operations) == 1, operations
     (operation,) = operations
     assert operation["status"] == "applied", operation
-    assert operation["change"] == {"delivery_date": f"{case.requested_date:%Y-%m-%d}"}, operation
-    assert order["order"]["delivery_date"] == f"{case.requested_date:%Y-%m-%d}", order["order"]
+    assert operation["change"] == case.change, operation
+    assert order["order"]["delivery_date"] == case.change["delivery_date"], order["order"]
 
 
 def logout(page) -> None:

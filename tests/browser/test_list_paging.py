@@ -27,7 +27,8 @@ def _many_cases(make_case) -> list[Case]:
             account=first.account,
             request_key=f"paging-{n}",
             order_id=f"ORD-L{n}",
-            requested_date=first.requested_date,
+            kind=first.kind,
+            change=first.change,
             team=first.team,
             owner=first.owner,
         )

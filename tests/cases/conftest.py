@@ -10,7 +10,8 @@ from rest_framework.test import APIClient
 
 from cases.kernel import SYSTEM
 from cases.models import Case, CaseEvent, CustomerAccount, StaffProfile
-from cases.services import case_intake
+from cases.services import case_open
+from tests.support.fixtures import date_change
 
 
 @pytest.fixture
@@ -46,12 +47,13 @@ def other_account(other_team, outsider):
 @pytest.fixture
 def other_case(other_account):
     """A case of the other team, with a distinctive order id to look for in responses."""
-    case, _ = case_intake(
+    case, _ = case_open(
         actor=SYSTEM,
         account=other_account,
         request_key="other-req-1",
         order_id="ORD-SECRET-9000",
-        requested_date=dt.date(2030, 1, 4),
+        kind="delivery_date",
+        change=date_change(dt.date(2030, 1, 4)),
     )
     return case
 

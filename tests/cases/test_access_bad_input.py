@@ -3,8 +3,6 @@ a refusal that writes nothing."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 
 from django.test import Client
@@ -12,6 +10,7 @@ from django.urls import reverse
 
 from cases.models import CaseEvent
 from reconciliation.models import InboundEvent
+from tests.support.order_system import webhook_headers
 
 SECRET = "review-webhook-secret"
 
@@ -43,13 +42,10 @@ def test_signed_event_with_an_out_of_range_order_version_is_400_not_500(settings
             "occurred_at": "2030-01-01T00:00:00Z",
         }
     ).encode()
-    signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    headers = webhook_headers(body, secret=SECRET)
 
     response = Client(raise_request_exception=False).post(
-        "/api/hooks/orders/",
-        body,
-        content_type="application/json",
-        HTTP_X_ORDERS_SIGNATURE=signature,
+        "/api/hooks/orders/", body, content_type="application/json", headers=headers
     )
 
     assert response.status_code == 400
@@ -61,13 +57,10 @@ def test_signed_event_with_an_out_of_range_order_version_is_400_not_500(settings
 def test_signed_event_nested_too_deep_is_400_not_500(settings, db):
     settings.ORDER_WEBHOOK_SECRET = SECRET
     body = b"[" * 100_000 + b"]" * 100_000
-    signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    headers = webhook_headers(body, secret=SECRET)
 
     response = Client(raise_request_exception=False).post(
-        "/api/hooks/orders/",
-        body,
-        content_type="application/json",
-        HTTP_X_ORDERS_SIGNATURE=signature,
+        "/api/hooks/orders/", body, content_type="application/json", headers=headers
     )
 
     assert response.status_code == 400

@@ -8,7 +8,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from cases.models import CaseEvent, CustomerAccount, Status
+from cases.models import Case, CaseEvent, CustomerAccount, Status
 from cases.services import case_assign, case_transition, case_update_followup
 from tests.cases.helpers import events_after, last_event_id, reload
 
@@ -375,15 +375,20 @@ def test_bulk_delete_goes_through_revocation(client, superuser, make_case):
     assert {reload(first).status, reload(second).status} == {"stopped"}
 
 
-def test_agents_cannot_delete_and_nobody_adds_blank_cases(client, agent, superuser, case):
+def test_agents_cannot_delete_and_add_leads_to_the_intake(client, agent, superuser, case):
     client.force_login(agent)
     assert (
         client.post(reverse("admin:cases_case_delete", args=[case.pk]), {"post": "yes"}).status_code
         == 403
     )
     assert reload(case).revoked_at is None
+    # "Add" is the intake page (a case comes from intake, never a blank form).
     client.force_login(superuser)
-    assert client.get(reverse("admin:cases_case_add")).status_code == 403
+    response = client.get(reverse("admin:cases_case_add"))
+    assert response.status_code == 302
+    assert response.url == reverse("admin:cases_case_intake")
+    assert client.post(reverse("admin:cases_case_add"), {"reference": "D-1"}).status_code == 302
+    assert Case.objects.count() == 1
 
 
 # --- the auditor -------------------------------------------------------------------------------

@@ -17,8 +17,14 @@ INTAKE = {
     "account": "ACC-100",
     "request_key": "email-2030-01-01-northwind",
     "order_id": "ORD-7731",
-    "requested_date": "2030-01-04",
+    "kind": "delivery_date",
+    "change": {"kind": "delivery_date", "delivery_date": "2030-01-04"},
     "note": "Move the delivery to Friday.",
+}
+# The body before change kinds: still the delivery date kind (deprecated in the schema).
+LEGACY_INTAKE = {
+    **{k: v for k, v in INTAKE.items() if k not in ("kind", "change")},
+    "requested_date": "2030-01-04",
 }
 TOMORROW = timezone.now() + dt.timedelta(days=1)
 LAST_YEAR = timezone.now() - dt.timedelta(days=365)
@@ -59,7 +65,11 @@ def test_intake_with_token_auth_opens_a_case_then_returns_it(
     assert body["status"] == Status.WAITING_SOURCE
     assert body["version"] == 2
     assert (body["owner"], body["backup"], body["responsible_now"]) == ("lead", "backup", "lead")
-    assert body["requested_date"] == "2030-01-04"
+    assert (body["kind"], body["change"]) == (
+        "delivery_date",
+        {"kind": "delivery_date", "delivery_date": "2030-01-04"},
+    )
+    assert body["change_description"] == "the delivery moves to Friday 04 January 2030"
     assert [e["action"] for e in body["events"]] == [
         "cases.case.created",
         "cases.case.transitioned",
@@ -92,6 +102,84 @@ def test_bad_token_is_refused(account, writes):
     assert writes() == (0, 0)
 
 
+def test_the_older_body_with_a_date_still_opens_a_delivery_date_case(token_client, account):
+    response = token_client.post("/api/cases/", LEGACY_INTAKE, format="json")
+
+    assert response.status_code == 201, response.json()
+    assert response.json()["change"] == INTAKE["change"]
+    assert Case.objects.get().kind == "delivery_date"
+
+
+def test_an_address_change_and_a_cancellation_open_cases_of_their_kinds(token_client, account):
+    address = {
+        "name": "Dana Whitfield",
+        "line1": "4 Quay Road",
+        "city": "Bristol",
+        "postal_code": "BS1 5TX",
+        "country": "gb",
+    }
+    moved = token_client.post(
+        "/api/cases/",
+        {**INTAKE, "request_key": "a", "kind": "shipping_address", "change": {"address": address}},
+        format="json",
+    )
+    cancelled = token_client.post(
+        "/api/cases/",
+        {
+            **INTAKE,
+            "request_key": "c",
+            "kind": "order_cancellation",
+            "change": {"reason_code": "duplicate"},
+        },
+        format="json",
+    )
+
+    assert (moved.status_code, cancelled.status_code) == (201, 201)
+    assert moved.json()["change"] == {
+        "kind": "shipping_address",
+        "address": {**address, "country": "GB"},
+    }
+    assert cancelled.json()["change"] == {"kind": "order_cancellation", "reason_code": "duplicate"}
+    assert "cannot be undone" in cancelled.json()["change_description"]
+
+
+def test_a_second_intake_for_an_order_and_kind_with_an_open_case_is_409_naming_it(
+    token_client, account, writes
+):
+    first = token_client.post("/api/cases/", INTAKE, format="json").json()
+    before = writes()
+
+    again = token_client.post(
+        "/api/cases/", {**INTAKE, "request_key": "phone-2030-01-02"}, format="json"
+    )
+
+    assert again.status_code == 409
+    assert again.json()["error"] == "open_case_exists"
+    assert again.json()["reference"] == first["reference"]
+    assert first["reference"] in again.json()["detail"]
+    assert writes() == before
+
+
+def test_the_kinds_list_names_each_kind_its_schema_and_proven_autonomy(token_client):
+    response = token_client.get("/api/kinds/")
+
+    assert response.status_code == 200
+    rows = {row["code"]: row for row in response.json()}
+    assert list(rows) == ["delivery_date", "shipping_address", "order_cancellation"]
+    assert [rows[c]["key_prefix"] for c in rows] == ["DATE", "ADDR", "CANCEL"]
+    assert [rows[c]["irreversible"] for c in rows] == [False, False, True]
+    assert rows["shipping_address"]["change_schema"]["properties"]["address"]["required"] == [
+        "name",
+        "line1",
+        "city",
+        "postal_code",
+        "country",
+    ]
+    # Never probed: every kind is review-only, and says why.
+    assert {row["autonomy"] for row in rows.values()} == {"review_only"}
+    assert all(row["autonomy_reason"] for row in rows.values())
+
+
 def test_anonymous_caller_is_refused(api, case):
     response = api().get("/api/cases/")
 
@@ -104,10 +192,17 @@ def test_anonymous_caller_is_refused(api, case):
     [
         ({**INTAKE, "account": "ACC-999"}, {"account"}),
         ({**INTAKE, "account": "ACC-200"}, {"account"}),  # exists, but another team's
-        ({**INTAKE, "requested_date": "next friday"}, {"requested_date"}),
-        ({**INTAKE, "requested_date": "2030-02-30"}, {"requested_date"}),
-        ({}, {"account", "request_key", "order_id", "requested_date"}),
-        ({"account": "ACC-100", "request_key": "k"}, {"order_id", "requested_date"}),
+        ({**INTAKE, "change": {"delivery_date": "next friday"}}, {"change.delivery_date"}),
+        ({**INTAKE, "change": {"delivery_date": "2030-02-30"}}, {"change.delivery_date"}),
+        ({**INTAKE, "change": {"delivery_date": "2030-01-04", "x": 1}}, {"change.x"}),
+        ({**INTAKE, "change": "2030-01-04"}, {"change"}),
+        ({**INTAKE, "kind": "gift_wrap"}, {"kind"}),
+        ({**INTAKE, "change": {"kind": "order_cancellation"}}, {"change.kind"}),
+        ({**LEGACY_INTAKE, "requested_date": "next friday"}, {"requested_date"}),
+        ({**LEGACY_INTAKE, "requested_date": "2030-02-30"}, {"requested_date"}),
+        ({**LEGACY_INTAKE, "kind": "delivery_date"}, {"requested_date"}),
+        ({}, {"account", "request_key", "order_id", "kind", "change"}),
+        ({"account": "ACC-100", "request_key": "k"}, {"order_id", "kind", "change"}),
         ({**INTAKE, "request_key": ""}, {"request_key"}),
     ],
     ids=[
@@ -115,6 +210,13 @@ def test_anonymous_caller_is_refused(api, case):
         "other-teams-account",
         "malformed-date",
         "impossible-date",
+        "unknown-change-field",
+        "change-not-an-object",
+        "unknown-kind",
+        "change-of-another-kind",
+        "legacy-malformed-date",
+        "legacy-impossible-date",
+        "legacy-and-kind-both",
         "empty",
         "missing-fields",
         "blank-key",

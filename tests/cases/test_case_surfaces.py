@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 from approvals.models import Proposal
 from cases.exceptions import ActionNotPermitted, InvalidCaseInput
 from cases.services import case_set_legal_hold
+from tests.support.fixtures import date_change, requested_date
 
 
 def test_legal_hold_is_set_and_lifted_with_an_event_each(case, lead):
@@ -72,12 +73,12 @@ def preparing_case(make_case):
 def test_a_person_prepares_a_proposal_with_another_date_over_the_api(preparing_case, agent):
     api = APIClient()
     api.force_authenticate(agent)
-    new_date = preparing_case.requested_date + dt.timedelta(days=2)
+    new_date = requested_date(preparing_case) + dt.timedelta(days=2)
 
     response = api.post(
         f"/api/cases/{preparing_case.reference}/proposals/",
         {
-            "delivery_date": new_date.isoformat(),
+            "change": date_change(new_date),
             "expected_version": preparing_case.version,
             "reason": "Customer confirmed Saturday by phone",
         },
@@ -87,7 +88,7 @@ def test_a_person_prepares_a_proposal_with_another_date_over_the_api(preparing_c
     assert response.status_code == 201, response.json()
     assert response.json()["status"] == "awaiting_review"
     proposal = Proposal.objects.get(case=preparing_case)
-    assert proposal.delivery_date == new_date
+    assert proposal.change == date_change(new_date)
     assert proposal.prepared_by == agent
     assert proposal.operation.key == f"DATE-{preparing_case.number}-1"
 
@@ -98,7 +99,10 @@ def test_preparing_by_hand_with_a_stale_version_is_a_conflict(preparing_case, ag
 
     response = api.post(
         f"/api/cases/{preparing_case.reference}/proposals/",
-        {"delivery_date": "2031-01-03", "expected_version": preparing_case.version - 1},
+        {
+            "change": date_change(dt.date(2031, 1, 3)),
+            "expected_version": preparing_case.version - 1,
+        },
         format="json",
     )
 
@@ -118,7 +122,7 @@ def test_admin_prepare_form_submits_a_proposal_the_preparer_cannot_approve(
         reverse("admin:cases_case_prepare", args=[preparing_case.pk]),
         {
             "prepare-expected_version": preparing_case.version,
-            "prepare-delivery_date": preparing_case.requested_date.isoformat(),
+            "prepare-delivery_date": requested_date(preparing_case).isoformat(),
             "prepare-reason": "",
         },
     )

@@ -45,6 +45,21 @@ def test_load_demo_opens_case_d41_waiting_for_the_order_source(demo_output):
     assert "Demo case: D-41" in demo_output
 
 
+def test_load_demo_opens_a_case_per_change_kind_on_the_demo_orders(demo_output):
+    cases = {c.reference: c for c in Case.objects.order_by("number")}
+
+    assert [(ref, c.order_id, c.kind) for ref, c in cases.items()] == [
+        ("D-41", "ORD-7731", "delivery_date"),
+        ("D-42", "ORD-7732", "shipping_address"),
+        ("D-43", "ORD-7733", "order_cancellation"),
+    ]
+    assert cases["D-42"].change["address"]["country"] == "GB"
+    assert cases["D-43"].change == {"kind": "order_cancellation", "reason_code": "customer_request"}
+    assert {c.status for c in cases.values()} == {Status.WAITING_SOURCE}
+    for reference in cases:
+        assert f"Demo case: {reference} (" in demo_output
+
+
 def test_load_demo_creates_one_user_per_role_in_the_right_group(demo_output):
     users = get_user_model().objects.filter(username__in=ROLES)
 
@@ -90,7 +105,7 @@ def test_load_demo_twice_changes_nothing(demo_output):
     )
     assert after == before
     assert Case.objects.filter(reference="D-41").count() == 1
-    assert before[:2] == (1, 2)
+    assert before[:2] == (3, 6)
     assert "already there" in second
     assert f"API token for integration: {before[-1]}" in second
 

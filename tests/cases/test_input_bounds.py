@@ -15,6 +15,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from cases.models import Case, CaseEvent, Status
+from tests.support.fixtures import date_change
 
 INTAKE = {
     "account": "ACC-100",
@@ -28,8 +29,10 @@ def _today() -> dt.date:
     return timezone.localdate()
 
 
-def _intake(**overrides):
-    return {**INTAKE, "requested_date": str(_today() + dt.timedelta(days=7)), **overrides}
+def _intake(requested_date: str | None = None, **overrides):
+    date = requested_date or str(_today() + dt.timedelta(days=7))
+    change = {"kind": "delivery_date", "delivery_date": date}
+    return {**INTAKE, "kind": "delivery_date", "change": change, **overrides}
 
 
 @pytest.fixture
@@ -193,7 +196,20 @@ def test_intake_refuses_a_delivery_date_out_of_bounds(
 
     assert response.status_code == 400
     assert response.json()["error"] == "invalid"
-    assert "requested_date" in response.json()["fields"]
+    assert "change.delivery_date" in response.json()["fields"]
+    assert writes() == before
+
+
+def test_the_deprecated_date_body_is_refused_out_of_bounds_under_its_own_field_name(
+    api_as, agent, account, writes, horizon
+):
+    before = writes()
+    body = {**INTAKE, "requested_date": str(_today() - dt.timedelta(days=1))}
+
+    response = api_as(agent).post("/api/cases/", body, format="json")
+
+    assert response.status_code == 400
+    assert "is in the past" in response.json()["fields"]["requested_date"][0]
     assert writes() == before
 
 
@@ -206,7 +222,7 @@ def test_intake_accepts_today_and_the_last_day_of_the_horizon(
     response = api_as(agent).post("/api/cases/", _intake(requested_date=str(date)), format="json")
 
     assert response.status_code == 201, response.json()
-    assert response.json()["requested_date"] == date.isoformat()
+    assert response.json()["change"] == {"kind": "delivery_date", "delivery_date": str(date)}
 
 
 def test_the_delivery_horizon_comes_from_settings(api_as, agent, account, settings):
@@ -216,7 +232,7 @@ def test_the_delivery_horizon_comes_from_settings(api_as, agent, account, settin
     response = api_as(agent).post("/api/cases/", _intake(requested_date=str(late)), format="json")
 
     assert response.status_code == 400
-    assert "10-day horizon" in response.json()["fields"]["requested_date"][0]
+    assert "10-day horizon" in response.json()["fields"]["change.delivery_date"][0]
 
 
 @pytest.mark.parametrize("date", [dt.date(1, 1, 1), dt.date(9999, 12, 31)])
@@ -224,16 +240,21 @@ def test_intake_service_called_directly_refuses_a_date_out_of_bounds(
     agent, account, writes, horizon, date
 ):
     from cases.exceptions import InvalidCaseInput
-    from cases.services import case_intake
+    from cases.services import case_open
 
     before = writes()
 
     with pytest.raises(InvalidCaseInput) as refused:
-        case_intake(
-            actor=agent, account=account, request_key="k-1", order_id="ORD-1", requested_date=date
+        case_open(
+            actor=agent,
+            account=account,
+            request_key="k-1",
+            order_id="ORD-1",
+            kind="delivery_date",
+            change=date_change(date),
         )
 
-    assert set(refused.value.fields) == {"requested_date"}
+    assert set(refused.value.fields) == {"change.delivery_date"}
     assert writes() == before
 
 
@@ -249,21 +270,21 @@ def test_preparing_by_hand_refuses_a_past_date_in_the_api_and_the_service(
 
     response = api_as(agent).post(
         f"/api/cases/{case.reference}/proposals/",
-        {"delivery_date": str(yesterday), "expected_version": case.version},
+        {"change": date_change(yesterday), "expected_version": case.version},
         format="json",
     )
     with pytest.raises(InvalidCaseInput) as refused:
         proposal_prepare_by_hand(
             case=case,
             actor=agent,
-            delivery_date=dt.date(9999, 1, 1),
+            change=date_change(dt.date(9999, 1, 1)),
             reason="",
             expected_version=case.version,
         )
 
     assert response.status_code == 400
-    assert "delivery_date" in response.json()["fields"]
-    assert set(refused.value.fields) == {"delivery_date"}
+    assert "change.delivery_date" in response.json()["fields"]
+    assert set(refused.value.fields) == {"change.delivery_date"}
     assert CaseEvent.objects.filter(case=case).count() == events
     assert not Proposal.objects.filter(case=case).exists()
 
@@ -304,14 +325,18 @@ def test_intake_refuses_unprintable_characters_in_keys(api_as, agent, account, w
 @pytest.mark.parametrize("char", UNPRINTABLE.values(), ids=UNPRINTABLE.keys())
 def test_intake_service_refuses_unprintable_characters_in_keys(agent, account, writes, field, char):
     from cases.exceptions import InvalidCaseInput
-    from cases.services import case_intake
+    from cases.services import case_open
 
     before = writes()
     fields = {"request_key": "req-1", "order_id": "ORD-7731", field: f"AB{char}C"}
 
     with pytest.raises(InvalidCaseInput) as refused:
-        case_intake(
-            actor=agent, account=account, requested_date=_today() + dt.timedelta(days=3), **fields
+        case_open(
+            actor=agent,
+            account=account,
+            kind="delivery_date",
+            change=date_change(_today() + dt.timedelta(days=3)),
+            **fields,
         )
 
     assert set(refused.value.fields) == {field}
@@ -329,19 +354,20 @@ def test_intake_accepts_keys_in_any_script(api_as, agent, account):
 
 def test_intake_refuses_a_two_megabyte_note(api_as, agent, account, writes):
     from cases.exceptions import InvalidCaseInput
-    from cases.services import case_intake
+    from cases.services import case_open
 
     before = writes()
     huge = "x" * (2 * 1024 * 1024)
 
     response = api_as(agent).post("/api/cases/", _intake(note=huge), format="json")
     with pytest.raises(InvalidCaseInput):
-        case_intake(
+        case_open(
             actor=agent,
             account=account,
             request_key="req-direct",
             order_id="ORD-7731",
-            requested_date=_today() + dt.timedelta(days=3),
+            kind="delivery_date",
+            change=date_change(_today() + dt.timedelta(days=3)),
             note=huge,
         )
 

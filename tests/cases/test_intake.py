@@ -6,19 +6,21 @@ import datetime as dt
 import threading
 
 import pytest
-from django.db import IntegrityError, connection
+from django.db import IntegrityError, connection, transaction
 
-from cases.exceptions import ActionNotPermitted, InvalidCaseInput
+from cases.exceptions import ActionNotPermitted, InvalidCaseInput, OpenCaseExists
 from cases.kernel import SYSTEM
 from cases.models import Case, CaseEvent, CustomerAccount, Status, WaitingOn
-from cases.services import case_intake
+from cases.services import case_open
+from tests.support.fixtures import address_change, cancellation_change, date_change
 
 FRIDAY = dt.date(2030, 1, 4)
 
 
-def _intake(account, actor=SYSTEM, key="email-1", **extra):
-    fields = {"order_id": "ORD-7731", "requested_date": FRIDAY, **extra}
-    return case_intake(actor=actor, account=account, request_key=key, **fields)
+def _intake(account, actor=SYSTEM, key="email-1", change=None, **extra):
+    change = change or date_change(FRIDAY)
+    fields = {"order_id": "ORD-7731", "kind": change["kind"], "change": change, **extra}
+    return case_open(actor=actor, account=account, request_key=key, **fields)
 
 
 def test_same_request_key_twice_opens_one_case(account, writes):
@@ -46,7 +48,7 @@ def test_same_request_key_on_another_account_opens_another_case(account, team):
 
 def test_case_references_are_sequential(account):
     first, _ = _intake(account, key="a")
-    second, _ = _intake(account, key="b")
+    second, _ = _intake(account, key="b", order_id="ORD-7732")
 
     assert second.number == first.number + 1
     assert first.reference == f"D-{first.number}"
@@ -63,7 +65,11 @@ def test_intake_for_verified_account_writes_created_and_source_check_events(acco
     ]
     assert {e.actor_label for e in events} == {"system"}
     assert all(e.actor is None for e in events)
-    assert events[0].detail == {"request_key": "email-1", "order_id": "ORD-7731"}
+    assert events[0].detail == {
+        "request_key": "email-1",
+        "order_id": "ORD-7731",
+        "change": date_change(FRIDAY),
+    }
     assert events[1].detail["transition"] == "request_source_check"
     case.refresh_from_db()
     assert case.version == events[-1].version == 2
@@ -120,6 +126,110 @@ def test_intake_for_team_without_owner_is_refused(other_team, writes):
     assert writes() == (0, 0)
 
 
+# --- one open case per order and kind ----------------------------------------------------------
+
+
+def test_a_second_request_for_an_order_with_an_open_case_of_its_kind_is_refused(account, writes):
+    first, _ = _intake(account, key="email-1")
+    before = writes()
+
+    with pytest.raises(OpenCaseExists) as refused:
+        _intake(account, key="phone-2", change=date_change(FRIDAY + dt.timedelta(days=1)))
+
+    assert refused.value.reference == first.reference
+    assert refused.value.code == "open_case_exists"
+    assert refused.value.http_status == 409
+    assert first.reference in refused.value.detail
+    assert writes() == before
+
+
+def test_different_kinds_of_change_on_one_order_may_be_open_together(account):
+    date, _ = _intake(account, key="k-date")
+    address, created_address = _intake(account, key="k-addr", change=address_change())
+    cancel, created_cancel = _intake(account, key="k-cancel", change=cancellation_change())
+
+    assert created_address
+    assert created_cancel
+    assert [c.kind for c in (date, address, cancel)] == [
+        "delivery_date",
+        "shipping_address",
+        "order_cancellation",
+    ]
+    assert {c.order_id for c in (date, address, cancel)} == {"ORD-7731"}
+
+
+def test_once_the_open_case_is_closed_the_order_takes_a_new_case_of_its_kind(account, agent):
+    from cases.services import case_cancel_request
+
+    first, _ = _intake(account, key="email-1")
+    case_cancel_request(case=first, actor=agent, reason="Customer withdrew", via="admin")
+
+    second, created = _intake(account, key="email-2")
+
+    assert created
+    assert second.pk != first.pk
+
+
+def test_the_re_sent_request_finds_its_case_before_the_open_case_rule(account):
+    first, _ = _intake(account, key="email-1")
+
+    again, created = _intake(account, key="email-1", change=date_change(FRIDAY))
+
+    assert (again.pk, created) == (first.pk, False)
+
+
+def test_the_change_is_validated_by_its_kind_and_stored_canonical(account, writes):
+    with pytest.raises(InvalidCaseInput) as refused:
+        _intake(account, change=address_change(country="G1", surprise="x"))
+    assert set(refused.value.fields) == {"change.address.country", "change.address.surprise"}
+    assert writes() == (0, 0)
+
+    case, _ = _intake(account, change=address_change(name="  Dana  ", country="gb", line2=""))
+
+    assert case.change == {
+        "kind": "shipping_address",
+        "address": {
+            "name": "Dana",
+            "line1": "4 Quay Road",
+            "city": "Bristol",
+            "postal_code": "BS1 5TX",
+            "country": "GB",
+        },
+    }
+
+
+def test_a_kind_this_desk_does_not_offer_is_refused(account, writes):
+    with pytest.raises(InvalidCaseInput) as refused:
+        case_open(
+            actor=SYSTEM,
+            account=account,
+            request_key="k",
+            order_id="ORD-1",
+            kind="gift_wrap",
+            change={"kind": "gift_wrap"},
+        )
+    assert set(refused.value.fields) == {"kind"}
+    assert writes() == (0, 0)
+
+
+def test_the_database_refuses_a_second_open_case_of_an_order_and_kind(account, make_case):
+    """The partial unique constraint stands behind the service's check."""
+    case = make_case()
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Case.objects.create(
+            reference="D-999",
+            number=999,
+            account=account,
+            request_key="raw",
+            order_id=case.order_id,
+            kind=case.kind,
+            change=case.change,
+            team=case.team,
+            owner=case.owner,
+        )
+
+
 # --- the race --------------------------------------------------------------------------------
 
 THREADS = 8
@@ -161,12 +271,13 @@ def _race(account, key: str) -> list[dict]:
             connection.ensure_connection()  # connect before the barrier, not after it
             barrier.wait(timeout=30)
             with connection.execute_wrapper(observer):
-                case, created = case_intake(
+                case, created = case_open(
                     actor=SYSTEM,
                     account=account,
                     request_key=key,
-                    order_id="ORD-7731",
-                    requested_date=FRIDAY,
+                    order_id=f"ORD-{key}",
+                    kind="delivery_date",
+                    change=date_change(FRIDAY),
                 )
             with lock:
                 results.append(
@@ -220,3 +331,63 @@ def test_concurrent_intake_of_one_request_key_opens_one_case(account):
     # "existing?" check and reached the INSERT at the same time.
     assert contended_rounds >= 1
     assert Case.objects.count() == ROUNDS
+
+
+def _race_for_the_order(account, round_no: int) -> list[dict]:
+    """THREADS intakes of one kind to one order, each with its own request key, at once."""
+    barrier = threading.Barrier(THREADS)
+    results: list[dict] = []
+    lock = threading.Lock()
+
+    def run(i: int):
+        observer = _CaseInsertObserver()
+        outcome: dict = {}
+        try:
+            connection.ensure_connection()
+            barrier.wait(timeout=30)
+            with connection.execute_wrapper(observer):
+                case, created = case_open(
+                    actor=SYSTEM,
+                    account=account,
+                    request_key=f"round-{round_no}-{i}",
+                    order_id=f"ORD-R{round_no}",
+                    kind="delivery_date",
+                    change=date_change(FRIDAY),
+                )
+            outcome = {"pk": case.pk, "created": created}
+        except OpenCaseExists as exc:
+            outcome = {"refused": exc.reference}
+        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+            outcome = {"error": exc}
+        finally:
+            outcome["lost"] = observer.lost_to_constraint
+            with lock:
+                results.append(outcome)
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert [r for r in results if "error" in r] == []
+    return results
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_intakes_for_one_order_and_kind_open_one_case(account):
+    """Eight requests for the same kind of change to one order, each its own request key, at
+    once: one case; every other one is refused naming it, some after losing to the partial
+    unique constraint (proof the race reached the database)."""
+    lost = 0
+    for round_no in range(ROUNDS):
+        results = _race_for_the_order(account, round_no)
+        cases = Case.objects.filter(order_id=f"ORD-R{round_no}")
+
+        assert cases.count() == 1
+        case = cases.get()
+        assert [r["pk"] for r in results if "pk" in r] == [case.pk]
+        assert {r["refused"] for r in results if "refused" in r} == {case.reference}
+        lost += sum(r["lost"] for r in results)
+    assert lost >= 1

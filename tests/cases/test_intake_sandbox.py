@@ -11,18 +11,20 @@ from rest_framework.test import APIClient
 from cases.exceptions import InvalidCaseInput
 from cases.kernel import SYSTEM
 from cases.models import Case, CaseEvent
-from cases.services import case_intake
+from cases.services import case_open
+from tests.support.fixtures import date_change
 
 
 @pytest.mark.parametrize("order_id", ["ORD-PROBE", " ORD-PROBE ", "ord-probe", "ORD-SANDBOX"])
 def test_intake_refuses_a_case_on_a_sandbox_order(account, order_id):
     with pytest.raises(InvalidCaseInput) as refused:
-        case_intake(
+        case_open(
             actor=SYSTEM,
             account=account,
             request_key="req-probe",
             order_id=order_id,
-            requested_date=timezone.localdate() + dt.timedelta(days=7),
+            kind="delivery_date",
+            change=date_change(timezone.localdate() + dt.timedelta(days=7)),
         )
 
     assert "order_id" in refused.value.fields
@@ -40,7 +42,8 @@ def test_the_api_answers_400_for_a_sandbox_order(account, agent):
             "account": account.reference,
             "request_key": "email-probe",
             "order_id": "ORD-PROBE",
-            "requested_date": str(timezone.localdate() + dt.timedelta(days=7)),
+            "kind": "delivery_date",
+            "change": date_change(timezone.localdate() + dt.timedelta(days=7)),
         },
         format="json",
     )

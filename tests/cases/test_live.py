@@ -60,6 +60,7 @@ def read_order(case: Case) -> Case:
                 json={
                     "order_id": case.order_id,
                     "account_id": case.account.reference,
+                    "status": "open",
                     "delivery_date": str(timezone.localdate() + dt.timedelta(days=3)),
                     "version": 1,
                 },

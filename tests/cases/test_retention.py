@@ -12,6 +12,7 @@ from django.db.utils import ProgrammingError
 from django.utils import timezone
 
 from approvals.models import Operation
+from cases import kinds
 from cases.exceptions import ActionNotPermitted
 from cases.kernel import SYSTEM
 from cases.models import Attempt, CancellationRequest, Case, CaseEvent, EvidenceReference, Status
@@ -253,7 +254,8 @@ def _active_attempt(case):
         key=f"DATE-{case.number}-1",
         sequence=1,
         order_id=case.order_id,
-        delivery_date=case.requested_date,
+        change=case.change,
+        change_hash=kinds.change_hash(case.change),
     )
     Attempt.objects.create(
         case=case,
@@ -395,3 +397,96 @@ def test_event_table_refuses_raw_update_delete_and_truncate(closed_case, stateme
         cursor.execute(statement)
 
     assert _events(case) == before
+
+
+# --- a personal change (an address) -------------------------------------------------------------
+
+ADDRESS = {
+    "kind": "shipping_address",
+    "address": {
+        "name": "Dana Whitfield",
+        "line1": "4 Quay Road",
+        "city": "Bristol",
+        "postal_code": "BS1 5TX",
+        "country": "GB",
+    },
+}
+
+
+def _read_and_propose(case):
+    """The order read (through a mock order system) and a proposal with its operation."""
+    import httpx
+
+    from approvals.services import proposal_prepare
+    from cases.kernel import Worker
+    from reconciliation.client import OrderSystemClient
+    from reconciliation.sources import source_check
+
+    order = {
+        "order_id": case.order_id,
+        "account_id": case.account.reference,
+        "version": 1,
+        "status": "open",
+        "delivery_date": "2030-01-01",
+        "shipping_address": {**ADDRESS["address"], "line1": "12 Harbour Street", "line2": ""},
+    }
+    timeouts = {"connect": 1.0, "read": 1.0, "write": 1.0, "pool": 1.0}
+    transport = httpx.MockTransport(lambda request: httpx.Response(200, json=order))
+    with OrderSystemClient("http://orders.test", timeouts=timeouts, transport=transport) as client:
+        assert source_check(case_id=case.pk, client=client) == "checked"
+    return proposal_prepare(case=reload(case), actor=Worker("worker:test"))
+
+
+def test_an_address_never_enters_the_audit_trail(make_case, lead):
+    from approvals.services import case_change_intent
+
+    case = make_case(change=ADDRESS)
+    _read_and_propose(case)
+    moved = {**ADDRESS, "address": {**ADDRESS["address"], "line1": "9 Quay Road"}}
+    case_change_intent(case=reload(case), actor=lead, change=moved, reason="Customer moved again")
+
+    trail = " ".join(f"{reason} {detail}" for *_, reason, detail in _events(case))
+    for personal in ("Dana", "Quay", "Harbour", "BS1"):
+        assert personal not in trail
+    assert "a new shipping address (in GB)" in trail
+
+
+def test_purge_removes_a_personal_change_everywhere_and_keeps_its_kind(closed_case):
+    from approvals.models import Proposal
+
+    case = closed_case(change=ADDRESS)
+    dated = closed_case()
+
+    purge_expired(execute=True, today=PAST_RETENTION)
+
+    gone = {"kind": "shipping_address", "purged": True}
+    tomb = reload(case)
+    assert (tomb.kind, tomb.change, tomb.order_seen) == ("shipping_address", gone, None)
+    assert tomb.change_description == "a shipping address change (purged after retention)"
+    assert reload(dated).change == dated.change  # a date is not personal: it stays
+    detail = CaseEvent.objects.filter(case=case, action="cases.case.purged").get().detail
+    assert {"change", "order_seen"} <= set(detail["fields_blanked"])
+    assert Proposal.objects.filter(case=case).count() == 0  # cancelled before any proposal
+
+
+def test_purge_removes_a_personal_change_from_the_proposal_and_the_operation(make_case, lead):
+    from approvals.models import Proposal
+
+    case = make_case(change=ADDRESS)
+    proposal = _read_and_propose(case)
+    case = reload(case)
+    case_transition(
+        case=case,
+        transition="cancel",
+        expected_version=case.version,
+        reason="Customer withdrew",
+        actor=lead,
+    )
+
+    purge_expired(execute=True, today=PAST_RETENTION)
+
+    gone = {"kind": "shipping_address", "purged": True}
+    assert Proposal.objects.get(pk=proposal.pk).change == gone
+    assert Operation.objects.get(case=case).change == gone
+    detail = CaseEvent.objects.filter(case=case, action="cases.case.purged").get().detail
+    assert detail["change_rows_purged"] == 2

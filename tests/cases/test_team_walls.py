@@ -78,6 +78,7 @@ def order_source(*, account_id: str = "ACC-100", version: int = 1) -> OrderSyste
                 json={
                     "order_id": request.url.path.rsplit("/", 1)[-1],
                     "account_id": account_id,
+                    "status": "open",
                     "delivery_date": str(timezone.localdate() + dt.timedelta(days=3)),
                     "version": version,
                 },

@@ -12,6 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from approvals.models import Operation
+from cases import kinds
 from cases.kernel import Worker
 from cases.models import Attempt, Case, CaseEvent, Status, WaitingOn
 from reconciliation.apply import _apply, apply_case, run_attempt
@@ -130,7 +131,7 @@ def test_worker_waking_after_the_watchdog_held_its_case_sends_nothing(approved_c
 def _bulk_finished_attempts(account, lead, *, active: int, expired: int) -> None:
     """``BULK`` long-finished attempts (spread over ``BULK_CASES`` done cases), and ``active``
     applying cases whose attempts run (``expired`` of them with a lease that ran out)."""
-    today = timezone.localdate()
+    change = {"kind": "delivery_date", "delivery_date": timezone.localdate().isoformat()}
     now = timezone.now()
     cases = Case.objects.bulk_create(
         [
@@ -140,7 +141,8 @@ def _bulk_finished_attempts(account, lead, *, active: int, expired: int) -> None
                 account=account,
                 request_key=f"bulk-{n}",
                 order_id=f"ORD-B{n}",
-                requested_date=today,
+                kind="delivery_date",
+                change=change,
                 status=Status.APPLYING if n < active else Status.DONE,
                 team=account.team,
                 owner=lead,
@@ -149,7 +151,12 @@ def _bulk_finished_attempts(account, lead, *, active: int, expired: int) -> None
         ]
     )
     operation = Operation.objects.create(
-        case=cases[0], key="DATE-B0-1", sequence=1, order_id="ORD-B0", delivery_date=today
+        case=cases[0],
+        key="DATE-B0-1",
+        sequence=1,
+        order_id="ORD-B0",
+        change=change,
+        change_hash=kinds.change_hash(change),
     )
     running = [
         Attempt(

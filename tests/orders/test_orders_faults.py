@@ -133,7 +133,10 @@ def test_lagging_search_is_404_while_the_consistent_lookup_finds_the_operation(a
     search = api.get("/search/operations", key="DATE-1-1")
 
     assert lookup.status_code == 200
-    assert lookup.json()["change"] == {"delivery_date": FREE_DATE.isoformat()}
+    assert lookup.json()["change"] == {
+        "kind": "delivery_date",
+        "delivery_date": FREE_DATE.isoformat(),
+    }
     assert search.status_code == 404
     assert search.json()["error"] == "unknown_operation"
     time.sleep(0.45)

@@ -10,11 +10,13 @@ import pytest
 
 from orders.models import Account, AppliedOperation, Order, OutboxEvent, Slot
 from tests.orders.helpers import (
+    ADDRESS,
     CURRENT_DATE,
     FREE_DATE,
     FULL_DATE,
     INITIAL_FENCE,
     ORDER_ID,
+    date_change,
     make_grant,
     operation_body,
     snapshot,
@@ -34,15 +36,17 @@ def test_operation_applies_once_and_moves_everything_in_one_step(api):
     assert Slot.objects.get(date=FREE_DATE).taken == 1
     operation = AppliedOperation.objects.get()
     assert operation.approval_id == "AP-9"
-    assert operation.change == {"delivery_date": FREE_DATE.isoformat()}
+    assert operation.change == {"kind": "delivery_date", "delivery_date": FREE_DATE.isoformat()}
     event = OutboxEvent.objects.get()
     assert (event.order_id, event.order_version, event.delivered_at) == (ORDER_ID, 2, None)
     assert set(event.payload) == {"event_id", "type", "order_id", "order_version", "occurred_at"}
     assert api.get(f"/orders/{ORDER_ID}").json() == {
         "order_id": ORDER_ID,
         "account_id": "ACC-1",
-        "delivery_date": FREE_DATE.isoformat(),
         "version": 2,
+        "status": "open",
+        "delivery_date": FREE_DATE.isoformat(),
+        "shipping_address": ADDRESS,
     }
 
 
@@ -124,7 +128,10 @@ REFUSALS = {
     "permission_revoked": (_revoke_access, lambda: operation_body(), 403),
     "invalid_field": (
         None,
-        lambda: {**operation_body(), "change": {"delivery_date": "2031-13-40"}},
+        lambda: {
+            **operation_body(),
+            "change": {"kind": "delivery_date", "delivery_date": "2031-13-40"},
+        },
         422,
     ),
 }
@@ -152,7 +159,7 @@ def test_invalid_field_names_every_bad_field(api):
     response = api.apply(
         {
             "operation_key": "",
-            "change": {"delivery_date": "tomorrow", "note": "x"},
+            "change": {"kind": "delivery_date", "delivery_date": "tomorrow", "note": "x"},
             "expected_version": True,
             "fencing_token": -1,
         }
@@ -161,7 +168,8 @@ def test_invalid_field_names_every_bad_field(api):
     assert response.status_code == 422
     assert set(response.json()["fields"]) == {
         "operation_key",
-        "change",
+        "change.delivery_date",
+        "change.note",
         "expected_version",
         "fencing_token",
         "approval_grant",
@@ -242,7 +250,7 @@ def _tampered_payload(token: str, field: str, value: object) -> str:
         ("approval_id", "AP-10"),
         ("operation_key", "DATE-1-2"),
         ("order_id", "ORD-2"),
-        ("change", {"delivery_date": FULL_DATE.isoformat()}),
+        ("change", {"kind": "delivery_date", "delivery_date": FULL_DATE.isoformat()}),
         ("expires_at", "2099-01-01T00:00:00Z"),
     ],
 )
@@ -263,7 +271,7 @@ def test_a_tampered_grant_is_refused(api, field, value):
     [
         ("another operation", {"operation_key": "DATE-1-2"}),
         ("another order", {"order_id": "ORD-2"}),
-        ("another change", {"change": {"delivery_date": FULL_DATE.isoformat()}}),
+        ("another change", {"change": date_change(FULL_DATE)}),
     ],
 )
 def test_a_validly_signed_grant_for_something_else_is_refused(api, name, grant_overrides):
@@ -301,7 +309,7 @@ def test_consistent_lookup_and_capabilities(api):
         "order_id": ORDER_ID,
         "status": "applied",
         "order_version": 2,
-        "change": {"delivery_date": FREE_DATE.isoformat()},
+        "change": date_change(FREE_DATE),
     }
     assert api.get("/capabilities").json() == {
         "idempotency_keys": True,
@@ -310,6 +318,11 @@ def test_consistent_lookup_and_capabilities(api):
         "approval_grants": True,
         "consistent_lookup": True,
         "fence_endpoint": True,
+        "change_kinds": ["delivery_date", "shipping_address", "order_cancellation"],
+        "ship_to_countries": [
+            *("AT", "BE", "CH", "DE", "DK", "ES", "FI", "FR"),
+            *("GB", "IE", "IT", "LU", "NL", "NO", "PT", "SE"),
+        ],
     }
     assert api.get("/healthz").status_code == 200
     assert api.get(f"/slots/{FULL_DATE}").json() == {
@@ -345,3 +358,40 @@ def test_crippled_idempotency_applies_a_repeated_key_again(api, settings):
     assert again.status_code == 201
     assert Order.objects.get(pk=ORDER_ID).version == 3
     assert not AppliedOperation.objects.exists()
+
+
+# --- a replay still checks the grant it came with (issue 25) ----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "grant_kwargs"),
+    [
+        ("forged signature", {"key": "another-key"}),
+        ("another operation", {"operation_key": "DATE-1-2"}),
+        ("another order", {"order_id": "ORD-2"}),
+        ("another change", {"change": date_change(FULL_DATE)}),
+    ],
+)
+def test_a_replay_with_a_grant_that_does_not_verify_is_approval_invalid(api, name, grant_kwargs):
+    """Before: a replay answered ``replayed: true`` whatever grant it carried."""
+    assert api.apply(operation_body()).status_code == 201
+    before = snapshot()
+    grant = make_grant(**{"operation_key": "DATE-1-1", **grant_kwargs})
+
+    response = api.apply(operation_body(grant=grant, fencing_token=9))
+
+    assert response.status_code == 403, name
+    assert response.json()["error"] == "approval_invalid"
+    assert "replayed" not in response.json()
+    assert snapshot() == before
+
+
+def test_a_replay_with_its_expired_grant_still_answers_the_first_result(api):
+    """The operation was applied while the grant was valid: its expiry is not judged again."""
+    first = api.apply(operation_body())
+    expired = make_grant(operation_key="DATE-1-1", expires_at=datetime.now(UTC) - timedelta(1))
+
+    again = api.apply(operation_body(grant=expired, fencing_token=9))
+
+    assert again.status_code == 200
+    assert again.json() == {**first.json(), "replayed": True}

@@ -17,7 +17,16 @@ from django.db import connection, connections, transaction
 from orders.exceptions import Refused
 from orders.models import AppliedOperation, Order, OutboxEvent, Slot
 from orders.services import operation_apply, operation_request_parse
-from tests.orders.helpers import CURRENT_DATE, FREE_DATE, ORDER_ID, operation_body, seed_rows
+from tests.orders.helpers import (
+    ADDRESS,
+    CHANGES,
+    CURRENT_DATE,
+    FREE_DATE,
+    NEW_ADDRESS,
+    ORDER_ID,
+    operation_body,
+    seed_rows,
+)
 
 WORKERS = 8
 
@@ -115,3 +124,69 @@ def test_different_operations_against_one_order_version_apply_exactly_once():
     assert AppliedOperation.objects.count() == 1
     assert OutboxEvent.objects.count() == 1
     assert Slot.objects.get(date=FREE_DATE).taken == 1
+
+
+def _reset_order() -> None:
+    Order.objects.filter(pk=ORDER_ID).update(
+        version=1, status="open", delivery_date=CURRENT_DATE, shipping_address=ADDRESS
+    )
+    AppliedOperation.objects.all().delete()
+    OutboxEvent.objects.all().delete()
+    Slot.objects.filter(date=CURRENT_DATE).update(taken=1)
+    Slot.objects.filter(date=FREE_DATE).update(taken=0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_kinds_racing_on_one_order_apply_exactly_one():
+    """An address change and a cancellation for the same order version, in five rounds: each
+    round both were blocked on the row lock together, one applied, the other is a version
+    conflict, and the order shows the winner's change alone."""
+    seed_rows()
+    for round_number in range(5):
+        _reset_order()
+        bodies = [
+            operation_body(
+                operation_key=f"ADDR-1-{round_number}", change=CHANGES["ADDR"], fencing_token=10
+            ),
+            operation_body(
+                operation_key=f"CANCEL-1-{round_number}",
+                change=CHANGES["CANCEL"],
+                fencing_token=10,
+            ),
+        ]
+
+        results, most_waiting = race(bodies)
+
+        assert most_waiting == 2
+        assert sorted(results) == [(201, "applied"), (409, "version_conflict")]
+        order = Order.objects.get(pk=ORDER_ID)
+        operation = AppliedOperation.objects.get()
+        assert order.version == 2
+        if operation.change["kind"] == "order_cancellation":
+            assert (order.status, order.shipping_address) == ("cancelled", ADDRESS)
+            assert Slot.objects.get(date=CURRENT_DATE).taken == 0
+        else:
+            assert (order.status, order.shipping_address) == ("open", {**NEW_ADDRESS, "line2": ""})
+            assert Slot.objects.get(date=CURRENT_DATE).taken == 1
+        assert OutboxEvent.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_kind_racing_on_one_order_version_applies_exactly_once():
+    seed_rows()
+    prefixes = list(CHANGES)
+    bodies = [
+        operation_body(
+            operation_key=f"{prefixes[i % 3]}-1-{i}",
+            change=CHANGES[prefixes[i % 3]],
+            fencing_token=10,
+        )
+        for i in range(WORKERS)
+    ]
+
+    results, most_waiting = race(bodies)
+
+    assert most_waiting == WORKERS
+    assert Counter(results) == {(201, "applied"): 1, (409, "version_conflict"): WORKERS - 1}
+    assert Order.objects.get(pk=ORDER_ID).version == 2
+    assert AppliedOperation.objects.count() == OutboxEvent.objects.count() == 1

@@ -8,10 +8,18 @@ import time
 import httpx
 import pytest
 
-from tests.orders.helpers import FREE_DATE, Receiver, make_grant, signature_of
+from tests.orders.helpers import (
+    FREE_DATE,
+    Receiver,
+    assert_signed_at_delivery,
+    date_change,
+    make_grant,
+)
 from tests.support.order_system import (
     DEFAULT_GRANT_KEY,
     DEFAULT_WEBHOOK_SECRET,
+    GIFT_MESSAGE_KIND,
+    SEED_ADDRESS,
     OrderSystemProcess,
 )
 
@@ -32,7 +40,7 @@ def seed(system: OrderSystemProcess) -> None:
 
 
 def body(key: str = "DATE-9-1", token: int = 5) -> dict:
-    change = {"delivery_date": FREE_DATE.isoformat()}
+    change = date_change(FREE_DATE)
     grant = make_grant(operation_key=key, order_id=ORDER, change=change, key=DEFAULT_GRANT_KEY)
     return {
         "operation_key": key,
@@ -123,7 +131,9 @@ def test_the_server_delivers_webhooks_and_retries_a_failed_delivery():
     (first_headers, first_body), (second_headers, second_body) = receiver.received
     assert first_body == second_body
     assert first_headers["X-Orders-Event-Id"] == second_headers["X-Orders-Event-Id"]
-    assert second_headers["X-Orders-Signature"] == signature_of(second_body, DEFAULT_WEBHOOK_SECRET)
+    assert_signed_at_delivery(
+        second_headers, second_body, DEFAULT_WEBHOOK_SECRET, receiver.received_at[1]
+    )
     assert events[0]["event_id"] == first_headers["X-Orders-Event-Id"]
     assert events[0]["attempts"] == 2
     assert events[0]["last_error"].startswith("HTTP 500")
@@ -135,3 +145,58 @@ def test_sigterm_stops_the_server_cleanly():
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=10) == 0
     system.stop()
+
+
+def _grant_body(order_id: str, key: str, change: dict, *, version: int = 1) -> dict:
+    grant = make_grant(operation_key=key, order_id=order_id, change=change, key=DEFAULT_GRANT_KEY)
+    return {
+        "operation_key": key,
+        "change": change,
+        "expected_version": version,
+        "fencing_token": 5,
+        "approval_grant": grant,
+    }
+
+
+def test_the_harness_starts_a_receiver_with_chosen_kinds_and_a_plug_in():
+    """``change_kinds`` and ``extra_kinds`` reach the process; ``seed``, ``set_order`` and
+    ``order`` steer and read orders with a status and an address."""
+    with OrderSystemProcess(
+        change_kinds=["delivery_date", "shipping_address"], extra_kinds=[GIFT_MESSAGE_KIND]
+    ) as system:
+        seed(system)
+        system.seed(
+            orders=[
+                {
+                    "order_id": "ORD-10",
+                    "account_id": "ACC-9",
+                    "delivery_date": "2031-03-06",
+                    "status": "shipped",
+                }
+            ]
+        )
+        cancel = {"kind": "order_cancellation", "reason_code": "duplicate"}
+        gift = {"kind": "gift_message", "message": "Enjoy!"}
+
+        kinds = system.capabilities()["change_kinds"]
+        refused = system.client.post(
+            f"/orders/{ORDER}/operations", json=_grant_body(ORDER, "CANCEL-9-1", cancel)
+        )
+        applied = system.client.post(
+            f"/orders/{ORDER}/operations", json=_grant_body(ORDER, "GIFT-9-1", gift)
+        )
+        shipped = system.client.post(
+            "/orders/ORD-10/operations", json=_grant_body("ORD-10", "GIFT-10-1", gift)
+        )
+        moved_on = system.set_order(ORDER, shipping_address=None)
+        held_still = system.set_order("ORD-10", status="open", bump_version=False)
+
+        assert kinds == ["delivery_date", "shipping_address", "gift_message"]
+        assert refused.json()["error"] == "unsupported_kind"
+        assert applied.status_code == 201
+        assert shipped.json()["error"] == "order_not_open"
+        assert system.order(ORDER)["gift_message"] == "Enjoy!"
+        assert (moved_on["version"], moved_on["shipping_address"]) == (3, None)
+        assert (held_still["version"], held_still["status"]) == (1, "open")
+        assert system.order("ORD-10")["shipping_address"] == SEED_ADDRESS
+        assert [e["order_version"] for e in system.outbox()] == [2, 3]

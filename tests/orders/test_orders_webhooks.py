@@ -1,8 +1,8 @@
-"""Outbox webhooks: signed, retried with backoff after a failure, resendable by hand."""
+"""Outbox webhooks: signed with a timestamp at each attempt, retried with backoff after a
+failure, resendable by hand (signed anew)."""
 
 from __future__ import annotations
 
-import hmac
 import io
 import json
 import time
@@ -12,7 +12,13 @@ from django.core.management import CommandError, call_command
 
 from orders.models import OutboxEvent
 from orders.outbox import backoff_seconds, events_deliver_due
-from tests.orders.helpers import ORDER_ID, Receiver, operation_body, signature_of
+from tests.orders.helpers import (
+    ORDER_ID,
+    Receiver,
+    assert_signed_at_delivery,
+    operation_body,
+    signature_of,
+)
 
 pytestmark = pytest.mark.usefixtures("seeded")
 
@@ -58,13 +64,36 @@ def test_a_failed_delivery_is_retried_after_backoff_and_resend_keeps_the_event(
         "order_version": 2,
         "occurred_at": event.payload["occurred_at"],
     }
-    for headers, raw in receiver.received:
+    for (headers, raw), at in zip(receiver.received, receiver.received_at, strict=True):
         assert headers["X-Orders-Event-Id"] == event.event_id
         assert headers["Content-Type"] == "application/json"
-        assert hmac.compare_digest(
-            headers["X-Orders-Signature"], signature_of(raw, settings.ORDER_WEBHOOK_SECRET)
-        )
-    assert receiver.received[0][0]["X-Orders-Signature"] != signature_of(body, "another-secret")
+        # Each attempt, the resend by hand included, is signed when it is sent.
+        assert_signed_at_delivery(headers, raw, settings.ORDER_WEBHOOK_SECRET, at)
+    first_headers = receiver.received[0][0]
+    assert first_headers["X-Orders-Signature"] != signature_of(
+        body, "another-secret", first_headers["X-Orders-Timestamp"]
+    )
+
+
+def test_the_signature_covers_the_timestamp_and_a_later_attempt_is_signed_anew(
+    api, settings, receiver
+):
+    """A delivery signed at t verifies only with t: moving the timestamp breaks it, and an
+    attempt a second later carries its own timestamp and signature for the same bytes."""
+    api.apply(operation_body())
+    event = OutboxEvent.objects.get()
+    events_deliver_due()  # refused by the receiver (fail_first=1)
+    time.sleep(1.05)
+    call_command("orders_resend_event", event.event_id, stdout=io.StringIO())
+
+    (first, body), (second, same_body) = receiver.received
+    assert body == same_body
+    assert int(second["X-Orders-Timestamp"]) > int(first["X-Orders-Timestamp"])
+    assert second["X-Orders-Signature"] != first["X-Orders-Signature"]
+    moved = str(int(first["X-Orders-Timestamp"]) + 1)
+    secret = settings.ORDER_WEBHOOK_SECRET
+    assert first["X-Orders-Signature"] != signature_of(body, secret, moved)
+    assert first["X-Orders-Signature"] == signature_of(body, secret, first["X-Orders-Timestamp"])
 
 
 def test_backoff_doubles_and_is_capped(settings):
@@ -86,3 +115,20 @@ def test_delivery_disabled_by_an_empty_url_leaves_events_waiting(api, settings):
 
     assert (report.delivered, report.failed) == (0, 0)
     assert OutboxEvent.objects.get().attempts == 0
+
+
+@pytest.mark.usefixtures("faults_on")
+def test_the_testing_endpoint_resends_an_event_by_hand(api, settings, receiver):
+    api.apply(operation_body())
+    event = OutboxEvent.objects.get()
+
+    refused = api.post(f"/_testing/outbox/{event.event_id}/resend").json()
+    accepted = api.post(f"/_testing/outbox/{event.event_id}/resend").json()
+    unknown = api.post("/_testing/outbox/nope/resend")
+
+    assert (refused["accepted"], refused["error"][:8]) == (False, "HTTP 500")
+    assert accepted == {"event_id": event.event_id, "accepted": True, "error": None}
+    assert unknown.status_code == 404
+    assert OutboxEvent.objects.get().attempts == 2
+    for (headers, raw), at in zip(receiver.received, receiver.received_at, strict=True):
+        assert_signed_at_delivery(headers, raw, settings.ORDER_WEBHOOK_SECRET, at)

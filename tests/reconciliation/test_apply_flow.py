@@ -28,7 +28,7 @@ def test_approved_case_is_applied_notified_and_closed(approved_case, live_orders
     assert operation.confirmed_at is not None
     assert operation.notified_at is not None
     state = live_orders.state("ORD-7731")
-    assert state["order"]["delivery_date"] == case.requested_date.isoformat()
+    assert state["order"]["delivery_date"] == case.change["delivery_date"]
     assert operation.result_order_version == state["order"]["version"] == 2
     assert len(_applied_ops(live_orders)) == 1
     attempt = Attempt.objects.get(case=case)

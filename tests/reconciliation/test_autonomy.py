@@ -178,3 +178,63 @@ def test_run_probe_admin_view_probes_the_configured_system_as_the_user(
     assert profile.probed_by == user
     assert profile.autonomy == Autonomy.AUTONOMOUS
     assert current_autonomy().profile == profile
+
+
+# --- per change kind ------------------------------------------------------------------------
+
+
+def test_a_kind_not_proven_is_review_only_whatever_the_systems_autonomy(db, settings):
+    settings.ORDER_SYSTEM_URL = "http://orders.test"
+    profile = make_profile("http://orders.test")
+    profile.kind_autonomy = {"delivery_date": Autonomy.AUTONOMOUS}
+    profile.evidence = {
+        "kinds": {"shipping_address": {"summary": "The change back was not applied."}}
+    }
+    profile.save()
+
+    assert current_autonomy(kind="delivery_date").is_autonomous
+    address = current_autonomy(kind="shipping_address")
+    assert address.autonomy == Autonomy.REVIEW_ONLY
+    assert address.reason == "Shipping address: The change back was not applied."
+    cancellation = current_autonomy(kind="order_cancellation")
+    assert cancellation.autonomy == Autonomy.REVIEW_ONLY
+    assert "was not probed" in cancellation.reason
+
+
+def test_a_probe_proves_a_kind_only_as_far_as_the_system_is_proven(db):
+    profile = OrderSystemProfile(base_url="http://x.test", sandbox_order_id=SANDBOX, **ALL)
+    profile.fencing_enforced = False
+    profile.derive_autonomy({"delivery_date": True, "order_cancellation": False})
+
+    assert profile.autonomy == Autonomy.SUPERVISED
+    assert profile.kind_autonomy == {
+        "delivery_date": Autonomy.SUPERVISED,
+        "order_cancellation": Autonomy.REVIEW_ONLY,
+    }
+
+
+def test_the_home_page_shows_each_kinds_autonomy_and_a_case_page_its_own(
+    db, settings, client, lead, make_case
+):
+    settings.ORDER_SYSTEM_URL = "http://orders.test"
+    profile = make_profile("http://orders.test")
+    profile.kind_autonomy = {
+        "delivery_date": Autonomy.AUTONOMOUS,
+        "shipping_address": Autonomy.AUTONOMOUS,
+    }
+    profile.save()
+    case = make_case(change={"kind": "order_cancellation", "reason_code": "other"})
+    client.force_login(lead)
+
+    home = client.get(reverse("admin:index")).content.decode()
+    page = client.get(reverse("admin:cases_case_change", args=[case.pk])).content.decode()
+
+    table = home[home.index('id="hf-kind-autonomy"') :]
+    for code, words in (
+        ("delivery_date", "Autonomous"),
+        ("shipping_address", "Autonomous"),
+        ("order_cancellation", "Review only"),
+    ):
+        row = table[table.index(f'data-kind="{code}"') :]
+        assert words in row[: row.index("</tr>")]
+    assert "Order system, order cancellation changes: Review only" in page

@@ -131,7 +131,8 @@ def test_cancel_during_a_hold_when_the_change_was_applied_finishes_and_offers_a_
 
     proposal = case_propose_reversal(case=case, actor=agent, expected_version=case.version)
 
-    assert proposal.delivery_date == days_ahead(3)  # the original date, before the change
+    # The original date, before the change.
+    assert proposal.change == {"kind": "delivery_date", "delivery_date": str(days_ahead(3))}
     assert proposal.operation.key == f"DATE-{case.number}-2"
     assert proposal.operation_id != original.pk
     assert proposal.status == Proposal.Status.AWAITING_REVIEW

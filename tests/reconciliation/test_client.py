@@ -23,13 +23,29 @@ from reconciliation.exceptions import (
     UnknownOrder,
 )
 
-ORDER = {"order_id": "ORD-41", "account_id": "ACC-7", "delivery_date": "2030-05-16", "version": 3}
+ADDRESS = {
+    "name": "Dana Whitfield",
+    "line1": "12 Harbour Street",
+    "line2": "",
+    "city": "Bristol",
+    "postal_code": "BS1 4DJ",
+    "country": "GB",
+}
+ORDER = {
+    "order_id": "ORD-41",
+    "account_id": "ACC-7",
+    "version": 3,
+    "status": "open",
+    "delivery_date": "2030-05-16",
+    "shipping_address": ADDRESS,
+}
+CHANGE = {"kind": "delivery_date", "delivery_date": "2030-05-17"}
 RECORD = {
     "operation_key": "DATE-41-1",
     "order_id": "ORD-41",
     "status": "applied",
     "order_version": 4,
-    "change": {"delivery_date": "2030-05-17"},
+    "change": CHANGE,
 }
 
 
@@ -52,7 +68,7 @@ def raising(exc_class: type[Exception]):
 
 APPLY_ARGS = {
     "operation_key": "DATE-41-1",
-    "delivery_date": dt.date(2030, 5, 17),
+    "change": CHANGE,
     "expected_version": 3,
     "fencing_token": 12,
     "approval_grant": "v1.x.y",
@@ -82,16 +98,25 @@ def test_client_refuses_to_be_built_without_every_timeout():
         OrderSystemClient("http://orders.test", timeouts={"connect": 1, "read": 1, "write": 1})
 
 
-def test_get_order_parses_into_a_frozen_dataclass_with_a_date(mock_client):
+def test_get_order_parses_the_generic_fields_and_keeps_the_others_for_the_kinds(mock_client):
     seen = []
 
     def handler(request):
         seen.append(request)
-        return httpx.Response(200, json=ORDER)
+        return httpx.Response(200, json={**ORDER, "gift_message": "Happy birthday"})
 
     order = mock_client(handler).get_order("ORD-41")
-    assert order.delivery_date == dt.date(2030, 5, 16)
-    assert order.version == 3
+    assert (order.order_id, order.account_id, order.version, order.status) == (
+        "ORD-41",
+        "ACC-7",
+        3,
+        "open",
+    )
+    assert order.fields == {
+        "delivery_date": "2030-05-16",
+        "shipping_address": ADDRESS,
+        "gift_message": "Happy birthday",
+    }
     assert seen[0].method == "GET"
     assert seen[0].url.path == "/orders/ORD-41"
     with pytest.raises(AttributeError):
@@ -115,10 +140,18 @@ def test_order_id_cannot_escape_its_path_segment(mock_client):
         {k: v for k, v in ORDER.items() if k != "version"},
         {**ORDER, "version": "3"},
         {**ORDER, "version": True},
-        {**ORDER, "delivery_date": "16/05/2030"},
+        {k: v for k, v in ORDER.items() if k != "status"},
+        {**ORDER, "status": "lost"},
         ["not", "an", "object"],
     ],
-    ids=["missing-field", "string-version", "bool-version", "bad-date", "json-list"],
+    ids=[
+        "missing-field",
+        "string-version",
+        "bool-version",
+        "missing-status",
+        "unknown-status",
+        "json-list",
+    ],
 )
 def test_malformed_read_answer_is_a_protocol_violation(mock_client, body):
     with pytest.raises(ProtocolViolation):
@@ -145,7 +178,7 @@ def test_apply_sends_the_contract_body_and_reports_a_fresh_application(mock_clie
     assert seen == [
         {
             "operation_key": "DATE-41-1",
-            "change": {"delivery_date": "2030-05-17"},
+            "change": CHANGE,
             "expected_version": 3,
             "fencing_token": 12,
             "approval_grant": "v1.x.y",
@@ -204,6 +237,8 @@ def test_unusable_answer_to_a_write_is_effect_unknown(mock_client, status, body)
         (409, "version_conflict", Conflict),
         (409, "stale_fencing_token", Conflict),
         (409, "slot_unavailable", Conflict),
+        (409, "order_not_open", Conflict),
+        (422, "unsupported_kind", InvalidInput),
         (403, "approval_invalid", ApprovalRefused),
         (403, "approval_expired", ApprovalRefused),
         (403, "permission_revoked", PermissionRevoked),
@@ -224,10 +259,14 @@ def test_each_refusal_code_raises_its_own_error(mock_client, status, code, error
 
 
 def test_invalid_field_carries_the_field_errors(mock_client):
-    body = {"error": "invalid_field", "detail": "bad", "fields": {"delivery_date": "Not a date."}}
+    body = {
+        "error": "invalid_field",
+        "detail": "bad",
+        "fields": {"change.address.country": "We do not ship to US."},
+    }
     with pytest.raises(InvalidInput) as caught:
         mock_client(answer(422, body)).apply_operation("ORD-41", **APPLY_ARGS)
-    assert caught.value.fields == {"delivery_date": ["Not a date."]}
+    assert caught.value.fields == {"change.address.country": ["We do not ship to US."]}
 
 
 def test_unavailable_is_transient_with_retry_after_seconds(mock_client):
@@ -302,7 +341,7 @@ def test_stale_fence_is_a_conflict(mock_client):
 
 def test_consistent_lookup_parses_the_operation_record(mock_client):
     record = mock_client(answer(200, RECORD)).get_operation("DATE-41-1")
-    assert record.delivery_date == dt.date(2030, 5, 17)
+    assert record.change == CHANGE
     assert record.order_version == 4
     assert record.status == "applied"
 
@@ -376,3 +415,12 @@ def test_client_module_never_imports_a_model():
     }
     assert not any(name.endswith("models") or name.startswith("django.db") for name in imported)
     assert "django.conf" in imported  # only inside from_settings
+
+
+def test_a_kinds_own_refusal_is_classified_for_that_kind_only(mock_client):
+    """slot_unavailable is the delivery date kind's conflict; sent back for another kind of
+    change it is nothing the contract names: the write's outcome is unknown."""
+    handler = answer(409, {"error": "slot_unavailable", "detail": "full"})
+    address = {"kind": "shipping_address", "address": {k: v for k, v in ADDRESS.items() if v}}
+    with pytest.raises(EffectUnknown):
+        mock_client(handler).apply_operation("ORD-41", **{**APPLY_ARGS, "change": address})

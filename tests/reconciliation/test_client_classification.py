@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from types import SimpleNamespace
 
@@ -14,7 +13,7 @@ from reconciliation.settle import Unknown, investigate
 
 APPLY_ARGS = {
     "operation_key": "DATE-41-1",
-    "delivery_date": dt.date(2030, 5, 17),
+    "change": {"kind": "delivery_date", "delivery_date": "2030-05-17"},
     "expected_version": 3,
     "fencing_token": 12,
     "approval_grant": "v1.x.y",
@@ -95,7 +94,9 @@ def test_settling_does_not_call_absence_proven_after_a_fence_that_did_not_hold(d
         return httpx.Response(404, json={"error": "unknown_operation", "detail": "none"})
 
     operation = SimpleNamespace(
-        order_id="ORD-41", key="DATE-41-1", delivery_date=dt.date(2030, 5, 17)
+        order_id="ORD-41",
+        key="DATE-41-1",
+        change={"kind": "delivery_date", "delivery_date": "2030-05-17"},
     )
     finding = investigate(None, operation, mock_client(handler))
 

@@ -35,17 +35,17 @@ def seeded(order_system, grant_key):
 
 
 def apply_args(key: str = "DATE-41-1", *, days: int = 11, version: int = 1, token: int = 5, **kw):
-    date = future(days)
+    change = {"kind": "delivery_date", "delivery_date": future(days).isoformat()}
     grant = kw.pop("grant", None) or grant_issue(
         operation_key=key,
         order_id=ORDER,
-        delivery_date=date,
+        change=change,
         approval_id="AP-9",
         expires_at=kw.pop("expires_at", timezone.now() + dt.timedelta(minutes=10)),
     )
     return {
         "operation_key": key,
-        "delivery_date": date,
+        "change": change,
         "expected_version": version,
         "fencing_token": token,
         "approval_grant": grant,
@@ -112,7 +112,7 @@ def test_lagging_search_answers_none_while_the_consistent_lookup_finds_the_opera
     assert live_client.search_operation("DATE-41-1") is None
     record = live_client.get_operation("DATE-41-1")
     assert record.order_version == applied.order_version
-    assert record.delivery_date == future(11)
+    assert record.change == {"kind": "delivery_date", "delivery_date": str(future(11))}
 
 
 @pytest.mark.order_system

@@ -12,6 +12,7 @@ import datetime as dt
 import hashlib
 import hmac
 import json
+import re
 import time
 
 import httpx
@@ -22,6 +23,7 @@ from django.utils import timezone
 
 from approvals.models import Approval, Operation, Proposal
 from approvals.services import live_approval, proposal_approve, proposal_prepare
+from cases import kinds
 from cases.kernel import SYSTEM, apply_transition, lock_case
 from cases.models import Case, CaseEvent, EvidenceReference, Status
 from reconciliation import inbound
@@ -29,7 +31,13 @@ from reconciliation.client import OrderSystemClient
 from reconciliation.models import InboundEvent
 from reconciliation.sources import source_check
 from reconciliation.tasks_inbound import process_event, retry_failed_events
-from tests.support.order_system import DEFAULT_GRANT_KEY, DEFAULT_WEBHOOK_SECRET
+from tests.support.fixtures import date_change
+from tests.support.order_system import (
+    DEFAULT_GRANT_KEY,
+    DEFAULT_WEBHOOK_SECRET,
+    WEBHOOK_SIGNATURE_HEADER,
+    webhook_headers,
+)
 
 URL = "/api/hooks/orders/"
 ORDER = "ORD-7731"
@@ -78,9 +86,13 @@ def deliver(db, run_queued, django_capture_on_commit_callbacks):
     the processing tasks the delivery queued (as a django-q2 worker would)."""
 
     def post(body: bytes, *, signature: str | None = None, run: bool = True, **headers):
+        """Signed now unless ``signature`` is given; ``X-Orders-Timestamp`` is the signed one
+        (``HTTP_X_ORDERS_TIMESTAMP=`` overrides it)."""
         if signature is None:
             signature = sign(body)
         extra = {"HTTP_X_ORDERS_SIGNATURE": signature} if signature else {}
+        if signed_at := re.match(r"t=(\d+),", signature):
+            extra["HTTP_X_ORDERS_TIMESTAMP"] = signed_at.group(1)
         with contextlib.suppress(ValueError, KeyError):
             extra["HTTP_X_ORDERS_EVENT_ID"] = json.loads(body)["event_id"]
         extra.update(headers)
@@ -105,8 +117,9 @@ def event_bytes(event_id: str, order_version: int, *, order_id: str = ORDER, **f
     return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
 
 
-def sign(body: bytes, secret: str = DEFAULT_WEBHOOK_SECRET) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+def sign(body: bytes, secret: str = DEFAULT_WEBHOOK_SECRET, *, at: int | None = None) -> str:
+    """``X-Orders-Signature`` as the order system sends it, signed at ``at`` (default now)."""
+    return webhook_headers(body, secret=secret, at=at)[WEBHOOK_SIGNATURE_HEADER]
 
 
 def reload(case: Case) -> Case:
@@ -129,6 +142,7 @@ def mock_source(*, version: int, account_id: str = "ACC-100") -> OrderSystemClie
                 json={
                     "order_id": request.url.path.rsplit("/", 1)[-1],
                     "account_id": account_id,
+                    "status": "open",
                     "delivery_date": str(delivery),
                     "version": version,
                 },
@@ -177,6 +191,92 @@ def test_bad_or_missing_signature_is_refused_and_nothing_is_stored(deliver, enqu
         assert response.json()["detail"]
     assert InboundEvent.objects.count() == 0
     assert enqueued == []
+
+
+def test_a_signature_without_a_timestamp_is_refused(deliver, enqueued):
+    """Before: ``sha256=<HMAC of the body>`` alone was accepted, so a delivery captured once
+    could be replayed for ever (issue 25)."""
+    body = event_bytes("evt-1", 2)
+    body_only = (
+        "sha256=" + hmac.new(DEFAULT_WEBHOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
+    )
+
+    response = deliver(body, signature=body_only)
+
+    assert response.status_code == 401
+    assert response.json()["error"] == "bad_signature"
+    assert response.json()["reason"] == "signature"
+    assert "t=<unix seconds>,sha256=<hex>" in response.json()["detail"]
+    assert InboundEvent.objects.count() == 0
+    assert enqueued == []
+
+
+def test_an_event_dated_2019_with_a_fresh_id_and_its_old_signed_timestamp_is_refused(
+    deliver, enqueued
+):
+    """A captured 2019 delivery, its body given a fresh event id, its signature as it was
+    made then: the HMAC is the shared secret's, the timestamp is years outside the window."""
+    body = event_bytes("evt-fresh-2019", 2, occurred_at="2019-06-01T10:00:00Z")
+
+    response = deliver(body, signature=sign(body, at=1_559_383_200))  # 2019-06-01T10:00:00Z
+
+    assert response.status_code == 401
+    assert response.json()["error"] == "bad_signature"
+    assert response.json()["reason"] == "timestamp"
+    assert "1559383200" in response.json()["detail"]
+    assert "ORDER_WEBHOOK_TOLERANCE_SECONDS" in response.json()["detail"]
+    assert InboundEvent.objects.count() == 0
+    assert enqueued == []
+
+
+@pytest.mark.parametrize(
+    ("skew", "accepted"),
+    [(-299, True), (299, True), (-301, False), (301, False), (0, True)],
+)
+def test_the_signed_timestamp_must_be_within_the_tolerance_either_way(deliver, skew, accepted):
+    body = event_bytes("evt-1", 2)
+
+    response = deliver(body, signature=sign(body, at=int(time.time()) + skew), run=False)
+
+    assert response.status_code == (202 if accepted else 401), response.json()
+    assert InboundEvent.objects.exists() is accepted
+
+
+def test_the_tolerance_comes_from_the_settings(deliver, settings):
+    settings.ORDER_WEBHOOK_TOLERANCE_SECONDS = 30
+    body = event_bytes("evt-1", 2)
+
+    late = deliver(body, signature=sign(body, at=int(time.time()) - 60), run=False)
+    fresh = deliver(body, signature=sign(body, at=int(time.time()) - 10), run=False)
+
+    assert late.status_code == 401
+    assert "30" in late.json()["detail"]
+    assert fresh.status_code == 202
+
+
+def test_a_timestamp_header_that_is_not_the_signed_one_is_refused(deliver):
+    body = event_bytes("evt-1", 2)
+    now = int(time.time())
+
+    response = deliver(body, signature=sign(body, at=now), HTTP_X_ORDERS_TIMESTAMP=str(now - 1))
+
+    assert response.status_code == 401
+    assert response.json()["reason"] == "signature"
+    assert "X-Orders-Timestamp" in response.json()["detail"]
+
+
+def test_a_signature_moved_to_another_timestamp_does_not_verify(deliver):
+    """The timestamp is signed: rewriting it to now (to pass the window) breaks the HMAC."""
+    body = event_bytes("evt-1", 2)
+    old = sign(body, at=1_559_383_200)
+    now = str(int(time.time()))
+    moved = old.replace("t=1559383200", f"t={now}")
+
+    response = deliver(body, signature=moved)
+
+    assert response.status_code == 401
+    assert response.json()["reason"] == "signature"
+    assert "does not match" in response.json()["detail"]
 
 
 def test_new_event_is_stored_pending_and_queued_after_commit(deliver, enqueued):
@@ -326,7 +426,8 @@ def test_own_confirmed_change_coming_back_is_recorded_only(deliver, make_case):
         key=f"DATE-{case.number}-1",
         sequence=1,
         order_id=ORDER,
-        delivery_date=case.requested_date,
+        change=case.change,
+        change_hash=kinds.change_hash(case.change),
         confirmed_at=timezone.now(),
         result_order_version=4,
     )
@@ -534,7 +635,7 @@ def test_real_order_system_delivers_a_signed_event_that_is_stored_and_processed(
         grant = grant_issue(
             operation_key="EXT-1",
             order_id=ORDER,
-            delivery_date=new_date,
+            change=date_change(new_date),
             approval_id="AP-elsewhere",
             expires_at=timezone.now() + dt.timedelta(hours=1),
         )
@@ -542,7 +643,7 @@ def test_real_order_system_delivers_a_signed_event_that_is_stored_and_processed(
             result = client.apply_operation(
                 ORDER,
                 operation_key="EXT-1",
-                delivery_date=new_date,
+                change=date_change(new_date),
                 expected_version=1,
                 fencing_token=1,
                 approval_grant=grant,
@@ -560,3 +661,57 @@ def test_real_order_system_delivers_a_signed_event_that_is_stored_and_processed(
     evidence = event_evidence(case).get()
     assert evidence.order_version == result.order_version
     assert evidence.external_reference == f"event:{event.event_id}"
+
+
+@pytest.mark.order_system
+@pytest.mark.django_db(transaction=True)
+def test_a_replayed_delivery_is_refused_while_a_resend_by_hand_is_signed_anew_and_accepted(
+    settings,
+):
+    """The reference order system delivers to a live Holdfast (accepted); once the window has
+    passed, the same bytes with the signature of their time are refused, and a resend by hand
+    of the same event -- same id, same body, signed when sent -- is accepted."""
+    from tests.support.holdfast_server import serve_holdfast
+    from tests.support.order_system import OrderSystemProcess
+
+    settings.ORDER_WEBHOOK_TOLERANCE_SECONDS = 2
+    with (
+        serve_holdfast() as holdfast_url,
+        OrderSystemProcess(
+            webhook_url=f"{holdfast_url}{URL}", extra_env={"ORDERS_DELIVERY_POLL_SECONDS": "0.1"}
+        ) as orders,
+    ):
+        orders.seed(
+            accounts=[{"account_id": "ACC-100", "name": "Northwind", "access_active": True}],
+            orders=[{"order_id": ORDER, "account_id": "ACC-100", "delivery_date": "2031-03-06"}],
+        )
+        signed_then = int(time.time())
+        orders.set_order(ORDER, status="shipped")  # a change at the source: one event
+        deadline = time.monotonic() + 15
+        while not InboundEvent.objects.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (sent,) = orders.outbox()
+        raw = json.dumps(
+            {key: sent[key] for key in ("event_id", "type", "order_id", "order_version")}
+            | {"occurred_at": sent["occurred_at"]},
+            sort_keys=True,
+            separators=(",", ":"),
+        ).encode()
+        time.sleep(3.1)  # the first delivery's timestamp is now outside the window
+
+        replayed = httpx.post(
+            f"{holdfast_url}{URL}",
+            content=raw,
+            headers={
+                "Content-Type": "application/json",
+                "X-Orders-Event-Id": sent["event_id"],
+                **webhook_headers(raw, at=signed_then),
+            },
+        )
+        resent = orders.resend_event(sent["event_id"])
+
+    assert InboundEvent.objects.get().event_id == sent["event_id"]
+    assert replayed.status_code == 401
+    assert replayed.json()["reason"] == "timestamp"
+    assert resent == {"event_id": sent["event_id"], "accepted": True, "error": None}
+    assert InboundEvent.objects.get().deliveries == 2

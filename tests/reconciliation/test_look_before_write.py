@@ -149,11 +149,12 @@ def _apply_other_body(live_orders, operation: Operation, case) -> None:
     from approvals.grants import grant_issue
     from cases.fencing import next_fencing_token
 
-    other = operation.delivery_date + dt.timedelta(days=1)
+    date = dt.date.fromisoformat(operation.change["delivery_date"])
+    other = {"kind": "delivery_date", "delivery_date": str(date + dt.timedelta(days=1))}
     grant = grant_issue(
         operation_key=operation.key,
         order_id=operation.order_id,
-        delivery_date=other,
+        change=other,
         approval_id="AP-OTHER",
         expires_at=timezone.now() + dt.timedelta(hours=1),
     )
@@ -161,7 +162,7 @@ def _apply_other_body(live_orders, operation: Operation, case) -> None:
         f"/orders/{operation.order_id}/operations",
         json={
             "operation_key": operation.key,
-            "change": {"delivery_date": other.isoformat()},
+            "change": other,
             "expected_version": case.last_checked_order_version,
             "fencing_token": next_fencing_token(),
             "approval_grant": grant,

@@ -69,7 +69,7 @@ def test_manual_absent_settlement_fences_out_the_paused_worker(
         client.apply_operation(
             attempt.operation.order_id,
             operation_key=attempt.operation.key,
-            delivery_date=attempt.operation.delivery_date,
+            change=attempt.operation.change,
             expected_version=evidence_version,
             fencing_token=attempt.fencing_token,
             approval_grant=approval.grant,

@@ -19,6 +19,7 @@ import approvals.services as approval_services
 from approvals.grants import grant_issue
 from approvals.models import Approval, Proposal
 from approvals.services import proposal_approve
+from cases import kinds
 from cases.append_only import maintenance
 from cases.models import Attempt, Case, CaseEvent, CustomerAccount, Status
 from reconciliation import apply as apply_module
@@ -60,6 +61,7 @@ def believed_safe(live_orders):
         reachable=True,
         autonomy=Autonomy.AUTONOMOUS,
         autonomy_reason="Every capability was verified by probing.",
+        kind_autonomy=dict.fromkeys(kinds.codes(), Autonomy.AUTONOMOUS),
         **dict.fromkeys(CAPABILITIES, True),
     )
 
@@ -98,11 +100,11 @@ def test_this_receiver_really_applies_what_a_safe_one_refuses(live_orders):
     """Without this, the tests below would prove nothing: an expired grant, a stale expected
     version and a revoked account all go through here."""
     live_orders.set_access("ACC-100", False)
-    date = timezone.localdate() + dt.timedelta(days=9)
+    change = {"kind": "delivery_date", "delivery_date": str(timezone.localdate() + dt.timedelta(9))}
     grant = grant_issue(
         operation_key="DATE-0-1",
         order_id=ORDER,
-        delivery_date=date,
+        change=change,
         approval_id="AP-0",
         expires_at=timezone.now() - dt.timedelta(hours=1),
     )
@@ -110,7 +112,7 @@ def test_this_receiver_really_applies_what_a_safe_one_refuses(live_orders):
         result = client.apply_operation(
             ORDER,
             operation_key="DATE-0-1",
-            delivery_date=date,
+            change=change,
             expected_version=7,
             fencing_token=1,
             approval_grant=grant,

@@ -11,9 +11,9 @@ from reconciliation.client import OrderSystemClient
 from reconciliation.models import CAPABILITIES, Autonomy, OrderSystemProfile
 from reconciliation.probe import order_system_probe
 from reconciliation.selectors import current_autonomy
-from tests.support.order_system import OrderSystemProcess
+from tests.support.order_system import SEED_ADDRESS, OrderSystemProcess
 
-from .conftest import SANDBOX, seed_sandbox
+from .conftest import SANDBOX, future, seed_sandbox
 
 TIMEOUTS = {"connect": 2.0, "read": 5.0, "write": 5.0, "pool": 2.0}
 
@@ -51,11 +51,68 @@ def test_probe_marks_the_reference_order_system_autonomous(db, order_system, gra
         steps = profile.evidence[name]["steps"]
         assert steps, name
         assert all({"request", "status", "error", "ms"} <= set(step) for step in steps)
-    # The probe really changed the sandbox order, once (plus nothing from the refused requests).
+    # The probe really changed the sandbox order and changed it back, once for the generic
+    # checks (a delivery date) and once for the address; never cancelled it.
     state = order_system.state(SANDBOX)
-    assert state["order"]["version"] == 2
-    assert len(state["operations"]) == 1
+    assert state["order"]["version"] == 5
+    assert len(state["operations"]) == 4
+    assert state["order"]["status"] == "open"
+    assert state["order"]["delivery_date"] == str(future(30))
+    assert state["order"]["shipping_address"] == SEED_ADDRESS
     assert current_autonomy(order_system.base_url).profile == profile
+    assert profile.kind_autonomy == dict.fromkeys(
+        ["delivery_date", "shipping_address", "order_cancellation"], Autonomy.AUTONOMOUS
+    )
+    assert all(found["verified"] for found in profile.evidence["kinds"].values())
+
+
+@pytest.mark.order_system
+def test_a_cancellation_is_proven_by_refusals_alone_and_never_applied(db, order_system, grant_key):
+    seed_sandbox(order_system)
+    profile = probe(order_system)
+
+    steps = profile.evidence["kinds"]["order_cancellation"]["steps"]
+    refusals = [(s["status"], s["error"]) for s in steps if s["request"].startswith("POST")]
+    assert refusals == [
+        (200, None),  # the fence
+        (409, "stale_fencing_token"),
+        (403, "approval_expired"),
+        (409, "version_conflict"),
+    ]
+    assert all('"kind":"order_cancellation"' in s["request"] for s in steps[-3:])
+    state = order_system.state(SANDBOX)
+    assert state["order"]["status"] == "open"
+    assert not [op for op in state["operations"] if op["change"]["kind"] == "order_cancellation"]
+
+
+@pytest.fixture(scope="module")
+def without_cancellations():
+    env = {"ORDERS_CHANGE_KINDS": "delivery_date,shipping_address"}
+    with OrderSystemProcess(extra_env=env) as system:
+        yield system
+
+
+@pytest.mark.order_system
+def test_a_kind_the_order_system_does_not_list_is_review_only_alone(
+    db, without_cancellations, grant_key
+):
+    without_cancellations.reset()
+    seed_sandbox(without_cancellations)
+    profile = probe(without_cancellations)
+
+    assert profile.autonomy == Autonomy.AUTONOMOUS
+    assert profile.kind_autonomy == {
+        "delivery_date": Autonomy.AUTONOMOUS,
+        "shipping_address": Autonomy.AUTONOMOUS,
+        "order_cancellation": Autonomy.REVIEW_ONLY,
+    }
+    found = profile.evidence["kinds"]["order_cancellation"]
+    assert (found["listed"], found["verified"], found["steps"]) == (False, False, [])
+    assert "does not list order_cancellation" in found["summary"]
+    status = current_autonomy(without_cancellations.base_url, kind="order_cancellation")
+    assert status.autonomy == Autonomy.REVIEW_ONLY
+    assert "does not list order_cancellation" in status.reason
+    assert current_autonomy(without_cancellations.base_url, kind="delivery_date").is_autonomous
 
 
 @pytest.mark.order_system
@@ -151,6 +208,8 @@ def test_probe_command_prints_each_check_and_the_autonomy(db, order_system, gran
     for name in CAPABILITIES:
         assert f"✓ {name}:" in text
     assert "Autonomy: Autonomous" in text
+    for code in ("delivery_date", "shipping_address", "order_cancellation"):
+        assert f"✓ {code}: Autonomous" in text
     assert OrderSystemProfile.objects.get().base_url == order_system.base_url
 
 

@@ -168,18 +168,18 @@ def test_an_operation_the_records_lack_is_a_restore(approved_case, live_orders):
     source_verified()
     assert restore_detected_at_source(force=True) == ""
     ghost = f"DATE-{case.number + 7}-1"
-    date = Operation.objects.get(case=case).delivery_date
+    change = Operation.objects.get(case=case).change
     response = live_orders.client.post(
         f"/orders/{ORDER}/operations",
         json={
             "operation_key": ghost,
-            "change": {"delivery_date": date.isoformat()},
+            "change": change,
             "expected_version": case.last_checked_order_version,
             "fencing_token": next_fencing_token(),
             "approval_grant": grant_issue(
                 operation_key=ghost,
                 order_id=ORDER,
-                delivery_date=date,
+                change=change,
                 approval_id="AP-77",
                 expires_at=timezone.now() + timedelta(hours=1),
             ),

@@ -172,7 +172,7 @@ def test_fence_then_consistent_not_found_lets_a_new_attempt_apply_the_same_opera
         client.apply_operation(
             "ORD-7731",
             operation_key=operation.key,
-            delivery_date=operation.delivery_date,
+            change=operation.change,
             expected_version=1,
             fencing_token=first.fencing_token,
             approval_grant=approval.grant,

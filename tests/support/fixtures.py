@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -11,7 +12,7 @@ from django.utils import timezone
 
 from cases.kernel import SYSTEM
 from cases.models import CustomerAccount, Team
-from cases.services import case_intake
+from cases.services import case_open
 
 
 @pytest.fixture(autouse=True)
@@ -113,20 +114,70 @@ def account(team, lead, backup):
     )
 
 
+def date_change(date: dt.date) -> dict:
+    """A delivery date change to ``date`` (the kind most tests use)."""
+    return {"kind": "delivery_date", "delivery_date": date.isoformat()}
+
+
+def requested_date(case) -> dt.date:
+    """The date a delivery date case asks for."""
+    return dt.date.fromisoformat(case.change["delivery_date"])
+
+
+def address_change(**parts) -> dict:
+    """A shipping address change (a British address unless ``parts`` say otherwise)."""
+    address = {
+        "name": "Dana Whitfield",
+        "line1": "4 Quay Road",
+        "city": "Bristol",
+        "postal_code": "BS1 5TX",
+        "country": "GB",
+        **parts,
+    }
+    return {"kind": "shipping_address", "address": address}
+
+
+def cancellation_change(reason_code: str = "customer_request") -> dict:
+    return {"kind": "order_cancellation", "reason_code": reason_code}
+
+
+# The orders a test's cases go to unless it names one: one open case per order and kind, so
+# a second open case of a kind takes the next of them (``live_orders`` seeds these; more
+# cases than that get orders the order system does not know).
+DEFAULT_ORDERS = ("ORD-7731", *(f"ORD-7731-{n}" for n in range(2, 49)))
+
+
+def _free_order(account, kind: str) -> str:
+    from cases.models import Case
+
+    taken = set(
+        Case.objects.open().filter(account=account, kind=kind).values_list("order_id", flat=True)
+    )
+    more = (f"ORD-7731-{n}" for n in itertools.count(len(DEFAULT_ORDERS) + 1))
+    return next(order for order in itertools.chain(DEFAULT_ORDERS, more) if order not in taken)
+
+
 @pytest.fixture
 def make_case(account):
+    """Open a case through intake (``case_open``): a delivery date change a week ahead unless
+    ``change`` (any kind) or ``delivery_date`` says otherwise, on ORD-7731 unless that order
+    has an open case of the kind already (then the next of ``DEFAULT_ORDERS``)."""
     counter = {"n": 0}
 
-    def make(**overrides):
+    def make(*, delivery_date: dt.date | None = None, **overrides):
         counter["n"] += 1
+        change = overrides.pop("change", None) or date_change(
+            delivery_date or timezone.localdate() + dt.timedelta(days=7)
+        )
         fields = {
             "account": account,
             "request_key": f"req-{counter['n']}",
-            "order_id": "ORD-7731",
-            "requested_date": timezone.localdate() + dt.timedelta(days=7),
+            "order_id": overrides.pop("order_id", None) or _free_order(account, change["kind"]),
+            "kind": change["kind"],
+            "change": change,
         }
         fields.update(overrides)
-        case, _ = case_intake(actor=SYSTEM, **fields)
+        case, _ = case_open(actor=SYSTEM, **fields)
         return case
 
     return make
@@ -147,8 +198,9 @@ def days_ahead(days: int) -> dt.date:
 
 @pytest.fixture
 def live_orders(order_system, settings, account):
-    """The order system process, seeded with ACC-100's order ORD-7731, and Holdfast pointed at
-    it with the shared grant key. Slots for the next four weeks have room."""
+    """The order system process, seeded with ACC-100's orders (ORD-7731 and the others of
+    ``DEFAULT_ORDERS``), and Holdfast pointed at it with the shared grant key. Slots for the
+    next four weeks have room."""
     from tests.support.order_system import DEFAULT_GRANT_KEY
 
     settings.ORDER_SYSTEM_URL = order_system.base_url
@@ -157,10 +209,11 @@ def live_orders(order_system, settings, account):
         accounts=[{"account_id": account.reference, "name": account.name, "access_active": True}],
         orders=[
             {
-                "order_id": "ORD-7731",
+                "order_id": order,
                 "account_id": account.reference,
                 "delivery_date": str(days_ahead(3)),
             }
+            for order in DEFAULT_ORDERS
         ],
         slots=[{"date": str(days_ahead(d)), "capacity": 5} for d in range(1, 29)],
     )

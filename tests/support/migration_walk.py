@@ -24,6 +24,7 @@ commit, for the report. The JSON report lists every step.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import sys
@@ -181,13 +182,21 @@ class Seeder:
         n = self.number
         Case = apps.get_model("cases", "Case")
         closed = status in ("done", "cancelled")
+        date = now.date() + dt.timedelta(days=9)
+        seen = now.date() + dt.timedelta(days=2)
+        change = {"kind": "delivery_date", "delivery_date": date.isoformat()}
         case = self.create(
             Case,
             reference=f"D-{n}",
             number=n,
             request_key=f"email-{n}",
             order_id=f"ORD-{n}",
-            requested_date=now.date() + dt.timedelta(days=9),
+            # Before change kinds a case asked for a date; after, for a change of a kind
+            # (``create`` passes the fields the historical model has).
+            requested_date=date,
+            kind="delivery_date",
+            change=change,
+            order_seen={"delivery_date": seen.isoformat()},
             note="Please move the delivery to Friday.",
             status=status,
             version=4,
@@ -202,7 +211,7 @@ class Seeder:
             retention_until=(now + dt.timedelta(days=365)).date() if closed else None,
             legal_hold=status == "done",
             retry_count=1 if status == "held" else 0,
-            order_delivery_date_seen=now.date() + dt.timedelta(days=2),
+            order_delivery_date_seen=seen,
         )
         self.cases[case.reference] = status
         self.events(apps, case, status, users["lead"], now)
@@ -240,7 +249,9 @@ class Seeder:
                 key=f"DATE-{n}-1",
                 sequence=1,
                 order_id=case.order_id,
-                delivery_date=case.requested_date,
+                delivery_date=date,
+                change=change,
+                change_hash=_change_hash(change),
                 case=case,
                 confirmed_at=now if status == "done" else None,
                 result_order_version=4 if status == "done" else None,
@@ -251,7 +262,8 @@ class Seeder:
             Proposal,
             case=case,
             order_id=case.order_id,
-            delivery_date=case.requested_date,
+            delivery_date=date,
+            change=change,
             evidence_order_version=3,
             evidence_ids=[1],
             content_hash=f"{n:064d}",
@@ -362,6 +374,11 @@ class Seeder:
 
 
 _SKIP = object()
+
+
+def _change_hash(change: dict) -> str:
+    text = json.dumps(change, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def generic_value(field, seeder: Seeder):
@@ -497,7 +514,7 @@ def read_back(seeder: Seeder, report: dict, key: str) -> None:
     from cases.audit import verify_chains
     from cases.kernel import SYSTEM
     from cases.models import Case
-    from cases.services import case_intake
+    from cases.services import case_open
 
     call_command("check", databases=["default"], fail_level="ERROR")
     counts = {}
@@ -524,12 +541,14 @@ def read_back(seeder: Seeder, report: dict, key: str) -> None:
     chains = verify_chains()
     assert not chains.broken, [link.describe() for link in chains.broken]
     account = Case.objects.get(reference=max(seeder.cases, key=lambda r: int(r[2:]))).account
-    case, created = case_intake(
+    date = dt.date.today() + dt.timedelta(days=10)
+    case, created = case_open(
         actor=SYSTEM,
         account=account,
         request_key=f"after-{key}",
-        order_id="ORD-7731",
-        requested_date=dt.date.today() + dt.timedelta(days=10),
+        order_id=f"ORD-after-{key}",
+        kind="delivery_date",
+        change={"kind": "delivery_date", "delivery_date": date.isoformat()},
     )
     assert created, "today's case_intake found an existing case"
     report[f"{key}_read"] = {

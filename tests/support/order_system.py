@@ -16,17 +16,30 @@ from lab.order_system import (
     DEFAULT_API_TOKEN,
     DEFAULT_GRANT_KEY,
     DEFAULT_WEBHOOK_SECRET,
+    SEED_ADDRESS,
+    WEBHOOK_SIGNATURE_HEADER,
+    WEBHOOK_TIMESTAMP_HEADER,
     OrderSystemProcess,
+    webhook_headers,
 )
 
 __all__ = [
     "DEFAULT_API_TOKEN",
     "DEFAULT_GRANT_KEY",
     "DEFAULT_WEBHOOK_SECRET",
+    "GIFT_MESSAGE_KIND",
+    "SEED_ADDRESS",
+    "WEBHOOK_SIGNATURE_HEADER",
+    "WEBHOOK_TIMESTAMP_HEADER",
     "OrderSystemProcess",
     "order_system",
     "order_system_process",
+    "webhook_headers",
 ]
+
+# A plug-in change kind for tests (``tests/support/orders_gift_message_kind.py``), loaded by
+# ``OrderSystemProcess(extra_kinds=[GIFT_MESSAGE_KIND])``.
+GIFT_MESSAGE_KIND = "tests.support.orders_gift_message_kind"
 
 
 @pytest.fixture(scope="session")

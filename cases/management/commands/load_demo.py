@@ -1,4 +1,5 @@
-"""Load the D-41 demo: a team, one user per role, an account and case D-41. Idempotent.
+"""Load the demo: a team, one user per role, an account and a case per change kind (D-41 moves
+a delivery date, D-42 changes a shipping address, D-43 cancels an order). Idempotent.
 
 Development only: it prints a shared password and an API token, so it refuses to run under
 production settings (``DJANGO_ENV=production``).
@@ -7,6 +8,8 @@ production settings (``DJANGO_ENV=production``).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -20,7 +23,7 @@ from cases.fencing import counter_raise_to
 from cases.kernel import SYSTEM
 from cases.models import CustomerAccount, Team
 from cases.roles import ensure_roles
-from cases.services import case_intake
+from cases.services import case_open
 
 DEMO_PASSWORD = "holdfast-demo"  # noqa: S105 - a printed demo login, never a real secret
 DEMO_USERS = [
@@ -35,6 +38,40 @@ DEMO_USERS = [
 DEMO_ACCOUNT = "ACC-100"
 DEMO_ORDER = "ORD-7731"
 DEMO_REQUEST_KEY = "email-2026-11-30-northwind-delivery"
+# The demo case of each change kind: (request key, order, kind, change or a function of today,
+# the customer's note). The orders are the order system's demo orders (seed_demo).
+DEMO_CASES: list[tuple[str, str, str, Callable[[dt.date], dict[str, Any]], str]] = [
+    (
+        DEMO_REQUEST_KEY,
+        DEMO_ORDER,
+        "delivery_date",
+        lambda today: {"kind": "delivery_date", "delivery_date": next_friday(today).isoformat()},
+        "Customer asked by email to move the delivery of order ORD-7731 to Friday.",
+    ),
+    (
+        "email-2026-11-30-northwind-address",
+        "ORD-7732",
+        "shipping_address",
+        lambda today: {
+            "kind": "shipping_address",
+            "address": {
+                "name": "Dana Whitfield",
+                "line1": "4 Quay Road",
+                "city": "Bristol",
+                "postal_code": "BS1 5TX",
+                "country": "GB",
+            },
+        },
+        "Customer moved offices: please send order ORD-7732 to the new address.",
+    ),
+    (
+        "phone-2026-11-30-northwind-cancel",
+        "ORD-7733",
+        "order_cancellation",
+        lambda today: {"kind": "order_cancellation", "reason_code": "customer_request"},
+        "Customer called: order ORD-7733 was placed by mistake, please cancel it.",
+    ),
+]
 
 
 def next_friday(after: dt.date) -> dt.date:
@@ -43,7 +80,10 @@ def next_friday(after: dt.date) -> dt.date:
 
 
 class Command(BaseCommand):
-    help = "Create the demo team, users (one per role), account ACC-100 and case D-41."
+    help = (
+        "Create the demo team, users (one per role), account ACC-100 and a case per change "
+        "kind: D-41 (delivery date), D-42 (shipping address), D-43 (order cancellation)."
+    )
 
     def handle(self, *args, **options):
         if settings.PRODUCTION:
@@ -92,19 +132,21 @@ class Command(BaseCommand):
             token, _ = Token.objects.get_or_create(user=users["integration"])
             # The running example is D-41: start numbering there on a fresh database.
             counter_raise_to("case_number", 40)
-        case, created = case_intake(
-            actor=SYSTEM,
-            account=account,
-            request_key=DEMO_REQUEST_KEY,
-            order_id=DEMO_ORDER,
-            requested_date=next_friday(timezone.localdate()),
-            note="Customer asked by email to move the delivery of order ORD-7731 to Friday.",
-        )
         out = self.stdout
-        out.write(
-            f"Demo case: {case.reference} ({case.get_status_display()})"
-            f"{'' if created else ' — already there'}"
-        )
+        for request_key, order_id, kind, change, note in DEMO_CASES:
+            case, created = case_open(
+                actor=SYSTEM,
+                account=account,
+                request_key=request_key,
+                order_id=order_id,
+                kind=kind,
+                change=change(timezone.localdate()),
+                note=note,
+            )
+            out.write(
+                f"Demo case: {case.reference} ({case.change_kind.label.lower()}, "
+                f"{case.get_status_display()}){'' if created else ' — already there'}"
+            )
         out.write(f"Demo logins (password for all: {DEMO_PASSWORD}):")
         for username, role, full_name, _staff in DEMO_USERS:
             out.write(f"  {username:<12} {role:<9} {full_name}")

@@ -40,6 +40,11 @@ class Command(BaseCommand):
             note = " (claimed by /capabilities)" if name in claimed else ""
             self.stdout.write(f"  {mark} {name}: {summary}{note}")
         self.stdout.write(f"Autonomy: {profile.get_autonomy_display()} — {profile.reason}")
+        self.stdout.write("Per kind of change:")
+        for code, found in profile.evidence.get("kinds", {}).items():
+            autonomy = profile.autonomy_of(code)
+            mark = self.style.SUCCESS("✓") if found.get("verified") else self.style.ERROR("✗")
+            self.stdout.write(f"  {mark} {code}: {autonomy.label} — {found.get('summary', '')}")
         self.stdout.write(profile.meaning)
         self.stdout.write(f"Recorded as profile #{profile.pk}.")
         if not profile.reachable:
