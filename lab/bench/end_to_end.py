@@ -31,7 +31,7 @@ from lab.bench.context import PendingOrders, Run
 from lab.bench.cpu import CpuSplit
 from lab.bench.deployed_orders import DeployedOrderSystem
 from lab.bench.postgres import STATS_IDLE_FLUSH, Counters, backends, counters, xact_commits
-from lab.bench.seeding import analyze, fixture, quiet, ready_case_seed
+from lab.bench.seeding import analyze, delivery_change, fixture, quiet, ready_case_seed
 from lab.bench.series import Skip, has_task
 
 APPLY = "reconciliation.tasks.apply_case"
@@ -123,6 +123,7 @@ def _approved_case(run: Run, order_id: str, version: int, when: _Approved) -> in
     from approvals.models import Approval, Operation
     from cases.append_only import maintenance
     from cases.fencing import counter_next
+    from cases.kinds import change_hash
     from cases.models import Case
 
     fx = fixture(run)
@@ -142,14 +143,15 @@ def _approved_case(run: Run, order_id: str, version: int, when: _Approved) -> in
     approval_reference = f"AP-{counter_next('approval_number')}"
     Case.objects.filter(pk=case.pk).update(
         order_id=order_id,
-        requested_date=requested,
+        change=delivery_change(requested),
         last_checked_order_version=version,
         next_check_at=None,
     )
-    Operation.objects.filter(case=case).update(key=key, order_id=order_id, delivery_date=requested)
-    case.proposals.update(
-        order_id=order_id, delivery_date=requested, evidence_order_version=version
+    change = delivery_change(requested)
+    Operation.objects.filter(case=case).update(
+        key=key, order_id=order_id, change=change, change_hash=change_hash(change)
     )
+    case.proposals.update(order_id=order_id, change=change, evidence_order_version=version)
     # A decided approval never changes (cases.append_only): the seed is the owner's repair.
     with maintenance():
         Approval.objects.filter(proposal__case=case).update(
@@ -158,7 +160,7 @@ def _approved_case(run: Run, order_id: str, version: int, when: _Approved) -> in
             grant=grant_issue(
                 operation_key=key,
                 order_id=order_id,
-                delivery_date=requested,
+                change=change,
                 approval_id=approval_reference,
                 expires_at=expires,
             ),
@@ -352,7 +354,7 @@ def _writes_of(made: dict[int, str]) -> list[dict[str, Any]]:
     rows = Approval.objects.filter(proposal__case_id__in=list(made)).values_list(
         "operation__key",
         "operation__order_id",
-        "operation__delivery_date",
+        "operation__change",
         "grant",
         "proposal__evidence_order_version",
     )
@@ -360,12 +362,12 @@ def _writes_of(made: dict[int, str]) -> list[dict[str, Any]]:
         {
             "operation_key": key,
             "order_id": order_id,
-            "delivery_date": day.isoformat(),
+            "change": change,
             "approval_grant": grant,
             "expected_version": version,
             "fencing_token": 1,  # a fresh order has seen none
         }
-        for key, order_id, day, grant, version in rows
+        for key, order_id, change, grant, version in rows
     ]
 
 

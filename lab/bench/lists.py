@@ -172,13 +172,15 @@ def seed_sql(size: int, *, prefix: str, history: int = HISTORY_CASES) -> list[st
             FROM generate_series(1, {size}) i
         )
         INSERT INTO cases_case (
-            id, reference, number, request_key, order_id, requested_date, note, status, version,
+            id, reference, number, request_key, order_id, kind, change, note, status, version,
             waiting_on, waiting_reason, outstanding_question, next_check_at, last_error,
             created_at, updated_at, closed_at, legal_hold, backup_id, owner_id, account_id,
             team_id, retry_count, revocation_kind, retry_counts
         )
-        SELECT i, '{prefix}-' || i, i, 'req-' || i, 'ORD-' || (1000000 + i),
-               date '2027-01-01' + (h2 % 300)::int, '', mix.status, 2, mix.waiting_on,
+        SELECT i, '{prefix}-' || i, i, 'req-' || i, 'ORD-' || (1000000 + i), 'delivery_date',
+               jsonb_build_object('kind', 'delivery_date',
+                                  'delivery_date', (date '2027-01-01' + (h2 % 300)::int)::text),
+               '', mix.status, 2, mix.waiting_on,
                mix.reason, '',
                CASE WHEN mix.is_open THEN now() + ((h2 % 240) - 48) * interval '1 hour' END, '',
                c_at, least(now(), c_at + (h2 % 72) * interval '1 hour'),
@@ -209,25 +211,29 @@ def seed_sql(size: int, *, prefix: str, history: int = HISTORY_CASES) -> list[st
         # review, approved, or done with a quarter of the done cases), ids the case's.
         f"""
         CREATE TEMPORARY TABLE bench_proposed ON COMMIT DROP AS
-        SELECT c.id, c.order_id, c.requested_date, c.created_at, c.status, c.team_id
+        SELECT c.id, c.order_id, c.change, c.created_at, c.status, c.team_id
         FROM cases_case c
         WHERE c.status IN ('awaiting_review', {approved})
            OR (c.status = 'done' AND c.id % 4 = 0)
         """,
         """
-        INSERT INTO approvals_operation (id, key, sequence, order_id, delivery_date, created_at,
-                                         confirmed_at, case_id)
-        SELECT p.id, 'DATE-' || p.id || '-1', 1, p.order_id, p.requested_date,
+        INSERT INTO approvals_operation (id, key, sequence, order_id, change, change_hash,
+                                         created_at, confirmed_at, case_id)
+        SELECT p.id, 'DATE-' || p.id || '-1', 1, p.order_id, p.change,
+               -- cases.kinds.change_hash: SHA-256 of the canonical JSON (sorted keys, no spaces)
+               encode(sha256(convert_to('{"delivery_date":"' || (p.change ->> 'delivery_date')
+                                        || '","kind":"delivery_date"}', 'UTF8')), 'hex'),
                p.created_at + interval '1 minute',
                CASE WHEN p.status = 'done' THEN p.created_at + interval '2 hours' END, p.id
         FROM bench_proposed p
         """,
         """
-        INSERT INTO approvals_proposal (id, order_id, delivery_date, evidence_order_version,
-                                        evidence_ids, slot_note, content_hash, prepared_by_label,
+        INSERT INTO approvals_proposal (id, order_id, change, evidence_order_version,
+                                        evidence_ids, advisory_note, content_hash,
+                                        prepared_by_label,
                                         status, status_reason, created_at, submitted_at,
                                         closed_at, case_id, operation_id)
-        SELECT p.id, p.order_id, p.requested_date, 1, '[]'::jsonb, '', md5('proposal-' || p.id),
+        SELECT p.id, p.order_id, p.change, 1, '[]'::jsonb, '', md5('proposal-' || p.id),
                'system', CASE WHEN p.status = 'awaiting_review' THEN 'awaiting_review'
                               ELSE 'approved' END, '',
                p.created_at + interval '1 minute', p.created_at + interval '1 minute',

@@ -19,10 +19,16 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals.models import Approval, Operation, Proposal
+from cases.kinds import change_hash
 from cases.models import Case, CustomerAccount, Status
 
 if TYPE_CHECKING:
     from lab.bench.context import Run
+
+
+def delivery_change(day: dt.date) -> dict[str, str]:
+    """The bench's change: a new delivery date (the kind the end-to-end rounds apply)."""
+    return {"kind": "delivery_date", "delivery_date": day.isoformat()}
 
 
 def ready_case_seed(
@@ -43,7 +49,8 @@ def ready_case_seed(
         account=account,
         request_key=f"bench-{tag}",
         order_id=f"ORD-{tag}",
-        requested_date=now.date(),
+        kind="delivery_date",
+        change=delivery_change(now.date()),
         team=account.team,
         owner=owner,
         last_checked_order_version=1,
@@ -54,12 +61,13 @@ def ready_case_seed(
         key=f"DATE-{tag}-1",
         sequence=1,
         order_id=case.order_id,
-        delivery_date=case.requested_date,
+        change=case.change,
+        change_hash=change_hash(case.change),
     )
     proposal = Proposal.objects.create(
         case=case,
         order_id=case.order_id,
-        delivery_date=case.requested_date,
+        change=case.change,
         evidence_order_version=1,
         content_hash="bench",
         operation=operation,

@@ -4,7 +4,6 @@ with nothing of Holdfast's around them (``bare_writes``)."""
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Any
 
 
@@ -23,7 +22,7 @@ def bare_writes(writes: list[dict[str, Any]]) -> int:
         client.apply_operation(
             write["order_id"],
             operation_key=write["operation_key"],
-            delivery_date=dt.date.fromisoformat(write["delivery_date"]),
+            change=write["change"],
             expected_version=write["expected_version"],
             fencing_token=write["fencing_token"],
             approval_grant=write["approval_grant"],

@@ -31,7 +31,7 @@ from cases.codes import Action
 from cases.kernel import SYSTEM
 from cases.models import Attempt, CancellationRequest, Case, CaseEvent, Status, WaitingOn
 from cases.next_action import describe_next_action
-from cases.services import case_cancel_request, case_intake
+from cases.services import case_cancel_request, case_open
 from lab.drills.deployment import DrillPeople, OrderSystemControl, drill_day, worker_env
 from lab.drills.workers import DrillCluster, DrillWorker, wait_for
 from reconciliation.claims import attempts_expire_leases
@@ -94,12 +94,13 @@ class Drill:
     # --- the drill case --------------------------------------------------------------------
 
     def new_case(self) -> Case:
-        case, _ = case_intake(
+        case, _ = case_open(
             actor=SYSTEM,
             account=self.people.account,
             request_key=f"drill-{self.run_id}-{self.name}",
             order_id=self.order_id,
-            requested_date=drill_day(self.index),
+            kind="delivery_date",
+            change={"kind": "delivery_date", "delivery_date": drill_day(self.index).isoformat()},
             note=f"Drill {self.name} (run {self.run_id})",
             drill=True,
         )

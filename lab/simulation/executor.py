@@ -43,7 +43,7 @@ from cases.exceptions import CaseError
 from cases.fencing import FENCING_SEQUENCE, fencing_current
 from cases.kernel import SYSTEM, Worker
 from cases.models import Attempt, Case, Status
-from cases.services import case_cancel_request, case_intake
+from cases.services import case_cancel_request, case_open
 from lab.simulation.generator import describe
 from reconciliation.apply import (
     apply_case,
@@ -217,7 +217,7 @@ class Executor:
                     "case": index_of[approval.proposal.case_id],
                     "operation_key": _operation_key(approval),
                     "order_id": approval.proposal.order_id,
-                    "delivery_date": approval.proposal.delivery_date,
+                    "change": approval.proposal.change,
                     "expires_at": approval.expires_at,
                     "revoked_at": approval.revoked_at,
                 },
@@ -273,12 +273,14 @@ class Executor:
 
     def step_intake(self, step: dict) -> str:
         index = step["case"]
-        case, created = case_intake(
+        day = timezone.localdate() + dt.timedelta(days=7 + index)
+        case, created = case_open(
             actor=SYSTEM,
             account=self.world.account,
             request_key=f"sim-{index}",
             order_id=self.order_id(index),
-            requested_date=timezone.localdate() + dt.timedelta(days=7 + index),
+            kind="delivery_date",
+            change={"kind": "delivery_date", "delivery_date": day.isoformat()},
         )
         self.case_pks[index] = case.pk
         return f"intake {case.reference} ({'new' if created else 'same case'})"
@@ -298,7 +300,7 @@ class Executor:
             return "prepare: skipped"
         try:
             proposal = proposal_prepare(
-                case=case, actor=Worker("sim:proposer"), slot_note="(simulation)"
+                case=case, actor=Worker("sim:proposer"), advisory_note="(simulation)"
             )
         except CaseError as exc:
             return f"prepare refused: {exc.code}"
@@ -433,14 +435,17 @@ class Executor:
         if case is None:
             return "no case"
         date = timezone.localdate() + dt.timedelta(days=step["days"])
-        before = case.requested_date
+        before = case.change
         try:
             case = case_change_intent(
-                case=case, actor=self.world.lead, delivery_date=date, reason="Another date"
+                case=case,
+                actor=self.world.lead,
+                change={"kind": "delivery_date", "delivery_date": date.isoformat()},
+                reason="Another date",
             )
         except CaseError as exc:
             return f"change refused: {exc.code}"
-        if case.requested_date != before:
+        if case.change != before:
             self.journal.intent_changes.append({"case": step["case"], "at": timezone.now()})
             return f"intent changed to {date}"
         return "same intent"

@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+from cases.kinds import same_change
+
 
 @dataclass
 class Records:
@@ -106,7 +108,7 @@ def check(records: Records) -> list[str]:
         # decided to send: a write frozen on its way and woken after the approval lapsed is the
         # receiver's to refuse by the grant's signed expiry, which the simulation's clock jump
         # does not move (tests/reconciliation/test_apply_faults.py covers that refusal).
-        date = effect["change"]["delivery_date"]
+        change = effect["change"]
         decided = min(
             [at]
             + [
@@ -120,7 +122,7 @@ def check(records: Records) -> list[str]:
         ]
         if not candidates:
             violations.append(f"approval: {label} carries {effect['approval_id']}, never approved")
-        reasons = [_approval_problem(a, effect, key, date, decided) for a in candidates]
+        reasons = [_approval_problem(a, effect, key, change, decided) for a in candidates]
         if candidates and all(reasons):
             violations.append(f"approval: {label} by {effect['approval_id']}: {reasons[0]}")
 
@@ -190,11 +192,11 @@ def _restored_between(records: Records, start, end) -> bool:
     return any(_time(start) <= _time(t) <= _time(end) for t in records.restores)
 
 
-def _approval_problem(approval: dict, effect: dict, key: str, date: str, at: dt.datetime) -> str:
+def _approval_problem(approval: dict, effect: dict, key: str, change: dict, at: dt.datetime) -> str:
     if approval["operation_key"] != key:
         return f"it approved {approval['operation_key']}, another intent"
-    if approval["order_id"] != effect["order_id"] or str(approval["delivery_date"]) != date:
-        return f"it approved {approval['order_id']} → {approval['delivery_date']}, not {date}"
+    if approval["order_id"] != effect["order_id"] or not same_change(approval["change"], change):
+        return f"it approved {approval['order_id']} → {approval['change']}, not {change}"
     if _time(approval["expires_at"]) <= at:
         return f"it expired at {_time(approval['expires_at']):%H:%M:%S.%f}"
     if approval["revoked_at"] is not None and _time(approval["revoked_at"]) <= at:

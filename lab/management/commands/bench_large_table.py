@@ -26,6 +26,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 from django.utils import timezone
 
+from cases.kinds import canonical_json, change_hash
 from cases.models import Attempt, Case, CustomerAccount, Status, Team
 
 
@@ -77,30 +78,33 @@ class Command(BaseCommand):
             else "(WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s "
             "WHERE i < %(n)s) SELECT i FROM s) AS g"
         )
-        params: dict[str, int | date] = {  # a datetime is a date
+        change = {"kind": "delivery_date", "delivery_date": now.date().isoformat()}
+        params: dict[str, int | date | str] = {  # a datetime is a date
             "n": n,
             "account": account.pk,
             "team": team.pk,
             "owner": user.pk,
             "now": now,
-            "date": now.date(),
+            "change": canonical_json(change),
+            "change_hash": change_hash(change),
         }
         with connection.cursor() as cursor:
             cursor.execute(
                 f"""INSERT INTO cases_case (reference, number, account_id, request_key, order_id,
-                    requested_date, note, status, version, team_id, owner_id, waiting_on,
+                    kind, change, note, status, version, team_id, owner_id, waiting_on,
                     waiting_reason, outstanding_question, last_error, retry_count, created_at,
                     updated_at, legal_hold, revocation_kind, retry_counts)
                     SELECT 'B-' || i, 1000000 + i, %(account)s, 'bench-' || i, 'ORD-B' || i,
-                    %(date)s, '', 'done', 3, %(team)s, %(owner)s, 'nobody', '', '', '', 0,
+                    'delivery_date', %(change)s, '', 'done', 3, %(team)s, %(owner)s, 'nobody',
+                    '', '', '', 0,
                     %(now)s, %(now)s, false, '', '{{}}' FROM {series}""",  # noqa: S608 - a constant
                 params,
             )
             cursor.execute(
                 """INSERT INTO approvals_operation (case_id, key, sequence, order_id,
-                    delivery_date, created_at, confirmed_at)
-                    SELECT id, 'DATE-' || number || '-1', 1, order_id, requested_date, %(now)s,
-                    %(now)s FROM cases_case WHERE account_id = %(account)s""",
+                    change, change_hash, created_at, confirmed_at)
+                    SELECT id, 'DATE-' || number || '-1', 1, order_id, change, %(change_hash)s,
+                    %(now)s, %(now)s FROM cases_case WHERE account_id = %(account)s""",
                 params,
             )
             cursor.execute(
