@@ -14,7 +14,7 @@ from django.core.management import call_command
 
 from cases.exceptions import InvalidCaseInput
 from cases.kernel import SYSTEM
-from cases.services import case_intake
+from cases.services import case_open
 from lab.drills.deployment import drill_day
 from lab.drills.scenarios import SCENARIOS
 from lab.models import DrillRun
@@ -54,10 +54,11 @@ def test_every_drill_passes_and_is_reported(autonomous, tmp_path, account):
     assert "Drill report" in Path(run.html_path).read_text()
     # Customer intake still refuses the sandbox orders the drills use.
     with pytest.raises(InvalidCaseInput):
-        case_intake(
+        case_open(
             actor=SYSTEM,
             account=account,
             request_key="not-a-drill",
             order_id="ORD-SANDBOX",
-            requested_date=drill_day(1),
+            kind="delivery_date",
+            change={"kind": "delivery_date", "delivery_date": drill_day(1).isoformat()},
         )
