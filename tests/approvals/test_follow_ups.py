@@ -46,6 +46,7 @@ from reconciliation.claims import (
 )
 from reconciliation.revocation import case_revoke
 from tests.approvals.conftest import in_days, read_order, reload
+from tests.support.fixtures import date_change
 
 pytestmark = pytest.mark.django_db
 
@@ -94,7 +95,7 @@ def test_every_wait_on_a_person_the_services_produce_has_a_follow_up(
     services.proposal_prepare_by_hand(
         case=case,
         actor=lead,
-        delivery_date=in_days(9),
+        change=date_change(in_days(9)),
         reason="The customer confirmed the 9th",
         expected_version=case.version,
     )

@@ -21,8 +21,9 @@ from cases.inbox import (
 )
 from cases.kernel import SYSTEM, apply_transition, lock_case
 from cases.models import CaseEvent, Notification, NotificationKind, Status
-from cases.services import case_cancel_request, case_intake, case_transition, staff_set_away
+from cases.services import case_cancel_request, case_open, case_transition, staff_set_away
 from tests.approvals.conftest import reload
+from tests.support.fixtures import date_change
 
 pytestmark = pytest.mark.django_db
 
@@ -98,19 +99,22 @@ def test_done_or_cancelled_tells_the_staff_member_who_opened_it_not_an_integrati
 ):
     integration = make_user("integration", "agent", is_staff=False)
     account.team.members.add(integration)
-    by_agent, _ = case_intake(
+    change = date_change(timezone.localdate() + timezone.timedelta(days=7))
+    by_agent, _ = case_open(
         actor=agent,
         account=account,
         request_key="phone-1",
         order_id="ORD-7731",
-        requested_date=timezone.localdate() + timezone.timedelta(days=7),
+        kind="delivery_date",
+        change=change,
     )
-    by_api, _ = case_intake(
+    by_api, _ = case_open(
         actor=integration,
         account=account,
         request_key="api-1",
         order_id="ORD-7732",
-        requested_date=timezone.localdate() + timezone.timedelta(days=7),
+        kind="delivery_date",
+        change=change,
     )
     assert (by_agent.opened_by, by_api.opened_by) == (agent, None)
     for case in (by_agent, by_api):

@@ -24,6 +24,7 @@ from reconciliation.restore_recovery import suspects
 from reconciliation.revocation import case_revoke
 from reconciliation.tasks import prepare_proposal
 from tests.approvals.conftest import in_days, read_order, reload
+from tests.support.fixtures import date_change
 
 pytestmark = pytest.mark.django_db
 
@@ -66,7 +67,7 @@ def test_the_person_prepares_another_by_hand_and_the_approvers_review_it(rejecte
     proposal = services.proposal_prepare_by_hand(
         case=rejected,
         actor=lead,
-        delivery_date=in_days(10),
+        change=date_change(in_days(10)),
         reason="The customer confirmed the 10th",
         expected_version=rejected.version,
     )

@@ -15,6 +15,7 @@ import re
 import pytest
 
 from tests.browser.conftest import CSP_LISTENER_JS, docs_shot, login, open_case
+from tests.support.fixtures import requested_date
 
 pytestmark = [pytest.mark.browser, pytest.mark.order_system]
 
@@ -23,7 +24,7 @@ POLL_MS = 3_500  # the live pages poll every 3 s: one poll under the policy
 
 def test_agent_and_lead_pages_run_under_the_policy(page, reviewable_case, held_case):
     case, _proposal = reviewable_case()
-    held = held_case(request_key="docs-held", requested_date=case.requested_date)
+    held = held_case(request_key="docs-held", delivery_date=requested_date(case))
 
     login(page, "agent")
     docs_shot(page, "agent", "home")

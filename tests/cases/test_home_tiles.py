@@ -19,8 +19,9 @@ from django.utils import timezone
 from approvals import services
 from cases.kernel import SYSTEM, apply_transition, lock_case
 from cases.models import Case, CustomerAccount, Status
-from cases.services import case_intake, staff_set_away
+from cases.services import case_open, staff_set_away
 from tests.approvals.conftest import read_order, reload
+from tests.support.fixtures import date_change
 
 pytestmark = pytest.mark.django_db
 
@@ -40,12 +41,13 @@ def desk(settings):
     account = CustomerAccount.objects.get(reference="ACC-100")
 
     def opened(n: int) -> Case:
-        case, _ = case_intake(
+        case, _ = case_open(
             actor=SYSTEM,
             account=account,
             request_key=f"tiles-{n}",
             order_id=f"ORD-{8000 + n}",
-            requested_date=timezone.localdate() + dt.timedelta(days=7),
+            kind="delivery_date",
+            change=date_change(timezone.localdate() + dt.timedelta(days=7)),
         )
         return read_order(case)
 

@@ -43,7 +43,7 @@ def test_a_cluster_told_to_stop_exits_promptly_with_no_case_half_done(
     )
     # A date each: a slot holds five.
     cases = [
-        approved_case(order_id=order, requested_date=days_ahead(5 + n))
+        approved_case(order_id=order, delivery_date=days_ahead(5 + n))
         for n, order in enumerate(ORDERS)
     ]
     Case.objects.filter(pk__in=[c.pk for c in cases]).update(next_check_at=timezone.now())

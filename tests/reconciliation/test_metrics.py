@@ -10,8 +10,6 @@ process-wide, so each test compares a scrape after with one before.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import hmac
 import json
 
 import pytest
@@ -25,7 +23,7 @@ from reconciliation.apply import apply_case
 from reconciliation.claims import attempts_expire_leases, case_claim
 from reconciliation.scrape import oldest_in_status
 from reconciliation.settle import case_reconcile
-from tests.support.order_system import DEFAULT_WEBHOOK_SECRET
+from tests.support.order_system import DEFAULT_WEBHOOK_SECRET, webhook_headers
 
 WORKER = Worker("metrics-test")
 
@@ -207,14 +205,11 @@ def test_a_stored_webhook_waiting_to_be_processed_is_backlog(db, settings, monke
             "occurred_at": "2026-03-02T09:15:00Z",
         }
     ).encode()
-    signature = (
-        "sha256=" + hmac.new(DEFAULT_WEBHOOK_SECRET.encode(), body, hashlib.sha256).hexdigest()
-    )
     response = Client().post(
         "/api/hooks/orders/",
         data=body,
         content_type="application/json",
-        HTTP_X_ORDERS_SIGNATURE=signature,
+        headers=webhook_headers(body),
     )
     assert response.status_code == 202, response.content
     samples = scrape()

@@ -191,7 +191,7 @@ def test_a_clusters_worker_processes_add_up_to_the_order_systems_own_count(
     )
     # A date each: a slot holds five deliveries.
     cases = [
-        approved_case(order_id=order, request_key=f"mp-{order}", requested_date=days_ahead(5 + i))
+        approved_case(order_id=order, request_key=f"mp-{order}", delivery_date=days_ahead(5 + i))
         for i, order in enumerate(orders)
     ]
     metrics_dir = tmp_path / "metrics"
