@@ -80,6 +80,7 @@ class CustomerAccountAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.Mod
         if request.method == "POST":
             return []
         return super().get_inline_instances(request, obj)
+
     def render_change_form(
         self,
         request: HttpRequest,

@@ -31,7 +31,7 @@ from cases.codes import Action
 from cases.kernel import SYSTEM
 from cases.models import Attempt, CancellationRequest, Case, CaseEvent, Status, WaitingOn
 from cases.next_action import describe_next_action
-from cases.services import case_cancel_request, case_open
+from cases.services import case_cancel_request, case_open, open_case_for
 from lab.drills.deployment import DrillPeople, OrderSystemControl, drill_day, worker_env
 from lab.drills.workers import DrillCluster, DrillWorker, wait_for
 from reconciliation.claims import attempts_expire_leases
@@ -94,6 +94,14 @@ class Drill:
     # --- the drill case --------------------------------------------------------------------
 
     def new_case(self) -> Case:
+        leftover = open_case_for(
+            account=self.people.account, order_id=self.order_id, kind="delivery_date"
+        )
+        if leftover is not None:
+            # An earlier drill (this run's failed one, or a run that was interrupted) left it.
+            self.note(
+                f"an earlier drill left {leftover.reference} open: {close_drill_case(leftover)}"
+            )
         case, _ = case_open(
             actor=SYSTEM,
             account=self.people.account,
@@ -181,6 +189,11 @@ class Drill:
     def finish(self) -> None:
         for worker in self.workers:
             worker.close()
+        try:
+            if self.current_case is not None and not self.refresh().is_terminal:
+                self.note(f"the drill is over: {close_drill_case(self.case)}")
+        except Exception as exc:  # noqa: BLE001 - the next drill's intake names the case
+            self.note(f"the drill case could not be closed: {type(exc).__name__}: {exc}")
         connections.close_all()
 
     # --- coordinator actions (what the deployment's watchdog and reconciler do) -------------
@@ -217,6 +230,30 @@ class Drill:
         self.check(action.headline and action.why_waiting, "the next safe action is stated")
         self.check(action.who_must_answer, "who must answer is stated")
         return facts
+
+
+def close_drill_case(case: Case) -> str:
+    """Close a drill case the drill is done with, and say how it ended.
+
+    One open case per order and kind holds for drill cases on the sandbox order too, so a
+    drill case left open (a scenario that ends in review, a failed one) would refuse the next
+    drill's intake. Its authority is revoked, as a lead would: what nothing was sent for stops
+    at once; an attempt in flight is fenced off and its lease left to run out (drill workers
+    hold two-second leases); a held case is reconciled from evidence. A case that is still
+    open after that (the order system does not answer) is left for a person, and the next
+    drill's intake names it."""
+    case_revoke(case=case, actor=SYSTEM, reason="The drill is over")
+    case.refresh_from_db()
+    attempt = Attempt.objects.filter(case=case, state__in=Attempt.ACTIVE).first()
+    if attempt is not None and attempt.lease_expires_at is not None:
+        wait = (attempt.lease_expires_at - timezone.now()).total_seconds()
+        time.sleep(min(max(wait, 0) + 0.2, 10))
+        attempts_expire_leases()
+        case.refresh_from_db()
+    if case.status == Status.HELD:
+        case_reconcile(case_id=case.pk)
+        case.refresh_from_db()
+    return f"{case.reference} {case.get_status_display().lower()}"
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from approvals.services import (
     proposal_approve,
     proposal_prepare,
 )
+from cases.append_only import maintenance
 from cases.exceptions import CaseError
 from cases.fencing import FENCING_SEQUENCE, fencing_current
 from cases.kernel import SYSTEM, Worker
@@ -425,7 +426,10 @@ class Executor:
             expires_at__gt=now,
         )
         self.capture()
-        count = lapsed.update(expires_at=now)
+        # A decided approval is append-only (cases.append_only): moving its clock is the
+        # owner's repair, as in the tests.
+        with maintenance():
+            count = lapsed.update(expires_at=now)
         self.capture()
         returned = approvals_expire_due()
         return f"{count} approval(s) expired; {returned} case(s) back to review"

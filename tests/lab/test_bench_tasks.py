@@ -18,7 +18,7 @@ def _write(case) -> dict:
     return {
         "operation_key": approval.operation.key,
         "order_id": approval.operation.order_id,
-        "delivery_date": approval.operation.delivery_date.isoformat(),
+        "change": approval.operation.change,
         "approval_grant": approval.grant,
         "expected_version": approval.proposal.evidence_order_version,
         "fencing_token": 1,

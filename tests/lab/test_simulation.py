@@ -66,7 +66,7 @@ def _effect(key: str, token: int, approval: str = "AP-1", at: dt.datetime = T0) 
         "order_id": "ORD-S1",
         "status": "applied",
         "order_version": 2,
-        "change": {"delivery_date": "2026-12-08"},
+        "change": {"kind": "delivery_date", "delivery_date": "2026-12-08"},
         "fencing_token": token,
         "approval_id": approval,
         "created_at": at.isoformat(),
@@ -103,7 +103,7 @@ def _good() -> Records:
                 "case": 0,
                 "operation_key": "DATE-1-1",
                 "order_id": "ORD-S1",
-                "delivery_date": dt.date(2026, 12, 8),
+                "change": {"kind": "delivery_date", "delivery_date": "2026-12-08"},
                 "expires_at": T0 + dt.timedelta(hours=4),
                 "revoked_at": None,
             }
