@@ -111,6 +111,6 @@ def test_approvers_deciding_the_same_proposal_at_once_record_exactly_one_decisio
     decision = decisions.get()
     assert decision.decision == ("approved" if winner == "approve" else "rejected")
     case = reload(proposal.case)
-    assert case.status == (Status.READY if winner == "approve" else Status.PREPARING_PROPOSAL)
+    assert case.status == (Status.READY if winner == "approve" else Status.PROPOSAL_REJECTED)
     decided = CaseEvent.objects.filter(case=case, from_status=Status.AWAITING_REVIEW)
     assert decided.count() == 1
