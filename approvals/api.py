@@ -66,17 +66,30 @@ class ProposalViewSet(
     @extend_schema(
         parameters=[OpenApiParameter("status", enum=Proposal.Status.values)],
         responses={200: ProposalSerializer(many=True), **error_responses(400, 404)},
+        summary="List proposals (the approver's queue)",
+        description="The proposals of the caller's teams' cases, oldest submission first; "
+        "`?status=awaiting_review` is the approver's queue. Each says whether the caller may "
+        "decide it (`may_decide`, `why_not`).",
     )
     def list(self, request, *args, **kwargs):
         return super().list(request, *args, **kwargs)
 
-    @extend_schema(responses={200: ProposalSerializer, **error_responses(404)})
+    @extend_schema(
+        responses={200: ProposalSerializer, **error_responses(404)},
+        summary="Read one proposal",
+        description="One exact proposal: the whole change, its content hash, the evidence it "
+        "rests on, its authors (who may not approve it) and its approvals.",
+    )
     def retrieve(self, request, *args, **kwargs):
         return super().retrieve(request, *args, **kwargs)
 
     @extend_schema(
         request=ApproveSerializer,
         responses={200: ProposalSerializer, **error_responses(400, 403, 404, 409, 415)},
+        summary="Approve a proposal",
+        description="Approve this exact proposal (until expires_at, bounded by the deployment). "
+        "Its authors are refused with 403 own_proposal (with roles); a proposal no longer "
+        "awaiting review is 409 proposal_not_current (with proposal_status).",
     )
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
@@ -91,6 +104,9 @@ class ProposalViewSet(
     @extend_schema(
         request=RejectSerializer,
         responses={200: ProposalSerializer, **error_responses(400, 403, 404, 409, 415)},
+        summary="Reject a proposal",
+        description="Reject this exact proposal, with a reason; the case then waits for a "
+        "person to prepare another. The same refusals as approving.",
     )
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
@@ -112,6 +128,7 @@ class CaseWithProposalsViewSet(CaseViewSet):
     @extend_schema(
         request=PrepareProposalSerializer,
         responses={201: case_response_schema(), **error_responses(400, 403, 404, 409, 415)},
+        summary="Prepare a proposal by hand",
         description="Prepare and submit a proposal by hand (e.g. a change the customer "
         "confirmed): the whole change, of the case's kind. A different change supersedes the "
         "current proposal and approval.",

@@ -7,7 +7,8 @@ from approvals.models import Approval, Proposal, ProposalAuthor
 from approvals.selectors import DecisionAnswer, decision_answers
 from approvals.services import approval_expiry_bounds
 from cases import kinds
-from cases.validation import REASON_MAX_LENGTH, TextValidator
+from cases.serializers import text_field
+from cases.validation import REASON_MAX_LENGTH
 
 
 class ApprovalSerializer(serializers.ModelSerializer):
@@ -121,16 +122,8 @@ class ProposalSerializer(serializers.ModelSerializer):
 
 class ApproveSerializer(serializers.Serializer):
     expires_at = serializers.DateTimeField(required=False)
-    reason = serializers.CharField(
-        required=False,
-        allow_blank=True,
-        default="",
-        max_length=REASON_MAX_LENGTH,
-        validators=[TextValidator(REASON_MAX_LENGTH)],
-    )
+    reason = text_field(REASON_MAX_LENGTH, required=False, allow_blank=True, default="")
 
 
 class RejectSerializer(serializers.Serializer):
-    reason = serializers.CharField(
-        max_length=REASON_MAX_LENGTH, validators=[TextValidator(REASON_MAX_LENGTH)]
-    )
+    reason = text_field(REASON_MAX_LENGTH)

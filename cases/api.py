@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from django.db.models import Prefetch
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
@@ -25,8 +27,16 @@ from cases.serializers import (
     legacy_intake_serializer_for,
 )
 from cases.throttling import ThrottleRefusalsMixin
-from cases.validation import USERNAME_MAX_LENGTH, key_errors
+from cases.validation import USERNAME_MAX_LENGTH
 
+# A username as Django's own validator allows it; the schema publishes the same rule.
+_USERNAME_PATTERN = rf"^[\w.@+-]{{1,{USERNAME_MAX_LENGTH}}}$"
+_USERNAME = re.compile(_USERNAME_PATTERN.replace("$", r"\Z"))
+_USERNAME_SCHEMA = {
+    "type": "string",
+    "pattern": _USERNAME_PATTERN,
+    "maxLength": USERNAME_MAX_LENGTH,
+}
 _TRUE = {"1", "true", "yes"}
 _FALSE = {"0", "false", "no"}
 
@@ -82,8 +92,10 @@ class CaseViewSet(
             queryset = queryset.filter(waiting_on=value)
         for name in ("owner", "responsible"):
             value = params.get(name)
-            if value and (bad := key_errors(value, max_length=USERNAME_MAX_LENGTH)):
-                errors[name] = bad
+            if value is not None and not _USERNAME.match(value):
+                errors[name] = [
+                    f"A username: 1 to {USERNAME_MAX_LENGTH} letters, digits and @ . + - _."
+                ]
         if errors:
             raise ValidationError(errors)
         if value := params.get("owner"):
@@ -106,16 +118,28 @@ class CaseViewSet(
         parameters=[
             OpenApiParameter("status", enum=Status.values),
             OpenApiParameter("waiting_on", enum=WaitingOn.values),
-            OpenApiParameter("owner", str, description="username of the owner"),
-            OpenApiParameter("responsible", str, description="username responsible now"),
+            OpenApiParameter("owner", _USERNAME_SCHEMA, description="username of the owner"),
+            OpenApiParameter(
+                "responsible", _USERNAME_SCHEMA, description="username responsible now"
+            ),
             OpenApiParameter("overdue", bool, description="next check time has passed"),
         ],
         responses={200: CaseListSerializer(many=True), **error_responses(400, 404)},
+        summary="List your teams' cases",
+        description="The cases of the caller's teams, newest first, a page at a time "
+        "(`count_capped` says when more than 1,000 follow the page). Filter by status, by what "
+        "the case waits on, by owner or by who is responsible now, or by an overdue next check.",
     )
     def list(self, request, *args, **kwargs):
         return super().list(request, *args, **kwargs)
 
-    @extend_schema(responses={200: case_response_schema(), **error_responses(404)})
+    @extend_schema(
+        responses={200: case_response_schema(), **error_responses(404)},
+        summary="Read one case",
+        description="One case by its reference (e.g. D-41): its version (send it back as "
+        "expected_version), status, next action in plain words, who is responsible now, its "
+        "operations and attempts, evidence and events. Another team's case answers 404.",
+    )
     def retrieve(self, request, *args, **kwargs):
         return super().retrieve(request, *args, **kwargs)
 
@@ -126,6 +150,7 @@ class CaseViewSet(
             200: case_response_schema(),
             **error_responses(400, 403, 409, 415),
         },
+        summary="Open a case (intake)",
         description="Open a case asking for one change of one kind (GET /api/kinds/) to one "
         "order. The same account and request_key again returns the same case with 200 and "
         "creates nothing (a person re-sending another person's request becomes one of its "
@@ -180,6 +205,10 @@ class CaseViewSet(
     @extend_schema(
         request=TransitionRequestSerializer,
         responses={200: case_response_schema(), **error_responses(400, 403, 404, 409, 415)},
+        summary="Move a case by hand",
+        description="Apply one manual transition (escalate, stop, resume, …) to the case the "
+        "caller last read: expected_version must be its version now, else 409 version_conflict; "
+        "a transition not allowed now is 409 transition_not_allowed with the allowed ones.",
     )
     @action(detail=True, methods=["post"])
     def transitions(self, request, reference=None):
@@ -192,6 +221,10 @@ class CaseViewSet(
     @extend_schema(
         request=CancelRequestSerializer,
         responses={200: case_response_schema(), **error_responses(400, 403, 404, 409, 415)},
+        summary="Cancel a case",
+        description="Ask to cancel the case, with a reason. When nothing can have been "
+        "applied the case is cancelled at once (status cancelled); when an apply may be under "
+        "way the request is recorded and the case is held until the outcome is known.",
     )
     @action(detail=True, methods=["post"])
     def cancel(self, request, reference=None):

@@ -88,19 +88,35 @@ class ErrorSerializer(serializers.Serializer):
     reference = serializers.CharField(
         required=False, help_text="open_case_exists: the open case of this order and kind."
     )
+    proposal_status = serializers.CharField(
+        required=False,
+        help_text="proposal_not_current: the proposal's status now (awaiting_review, approved, "
+        "rejected, superseded, …).",
+    )
+    roles = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="own_proposal: how the caller authored the proposal (e.g. prepared, "
+        "requested), which is why they may not decide it.",
+    )
+    reason = serializers.CharField(
+        required=False, help_text="bad_signature (webhooks): signature or timestamp."
+    )
 
 
 _ERROR_DESCRIPTIONS = {
     400: "invalid: the fields named in `fields` are wrong; nothing was written.",
     401: "not_authenticated (no credentials) or authentication_failed (a bad token); the "
     "answer carries `WWW-Authenticate: Token`.",
-    403: "permission_denied, not_permitted or own_proposal: the caller may not do this.",
+    403: "permission_denied, not_permitted or own_proposal (with roles): the caller may not do "
+    "this.",
     404: "not_found: nothing by that name among the caller's teams' objects (another team's "
     "object looks the same), or a page past the last one.",
     405: "method_not_allowed.",
     406: "not_acceptable: the Accept header asks for a format the API does not serve.",
     409: "version_conflict (with expected_version and current_version), "
-    "transition_not_allowed (with allowed) or proposal_not_current: reload and decide again; "
+    "transition_not_allowed (with allowed) or proposal_not_current (with proposal_status): "
+    "reload and decide again; "
     "open_case_exists (with reference): the order has an open case of this kind already.",
     415: "unsupported_media_type: send application/json.",
     429: "throttled: too many requests; wait retry_after seconds (the Retry-After header).",

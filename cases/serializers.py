@@ -25,18 +25,55 @@ def _username(user: AbstractBaseUser | None) -> str | None:
     return user.get_username() if user is not None else None
 
 
+class StrictCharField(serializers.CharField):
+    """A string field that takes strings only: DRF's ``CharField`` would turn a number into
+    text, accepting a body the schema (``type: string``) says is wrong."""
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """A whole number sent as a JSON number: DRF's ``IntegerField`` also takes ``"3"`` and
+    ``3.0``, which the schema (``type: integer``) refuses."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 def _key(max_length: int, **kwargs) -> serializers.CharField:
     """A key field: printable characters only (``cases.validation``)."""
-    return serializers.CharField(
+    return StrictCharField(
         max_length=max_length, validators=[validation.KeyValidator(max_length)], **kwargs
     )
 
 
-def _text(max_length: int, **kwargs) -> serializers.CharField:
-    """A free-text field with its length bound and no control characters."""
-    return serializers.CharField(
-        max_length=max_length, validators=[validation.TextValidator(max_length)], **kwargs
+def identifier_field(**kwargs) -> serializers.CharField:
+    """An order id or a request key: ``validation.IDENTIFIER_PATTERN``, stated in the schema."""
+    return StrictCharField(
+        max_length=validation.IDENTIFIER_MAX_LENGTH,
+        validators=[validation.IdentifierValidator()],
+        help_text=f"{kwargs.pop('help_text', '')} {validation.IDENTIFIER_RULE}.".strip(),
+        **kwargs,
     )
+
+
+def text_field(max_length: int, **kwargs) -> serializers.CharField:
+    """A free-text field with its length bound and no control characters; the schema states
+    the same rule as a pattern (a required one must hold more than white space)."""
+    required = not kwargs.get("allow_blank", False)
+    return StrictCharField(
+        max_length=max_length,
+        validators=[validation.TextValidator(max_length, required=required)],
+        **kwargs,
+    )
+
+
+_text = text_field
 
 
 class CaseIntakeBaseSerializer(serializers.Serializer):
@@ -45,8 +82,10 @@ class CaseIntakeBaseSerializer(serializers.Serializer):
     account = _key(
         validation.ACCOUNT_REFERENCE_MAX_LENGTH, help_text="The account reference, e.g. ACC-100"
     )
-    request_key = _key(validation.REQUEST_KEY_MAX_LENGTH)
-    order_id = _key(validation.ORDER_ID_MAX_LENGTH)
+    request_key = identifier_field(
+        help_text="Your key for this request: the same account and key again is the same case."
+    )
+    order_id = identifier_field(help_text="The order to change, e.g. ORD-7731.")
     note = _text(validation.NOTE_MAX_LENGTH, required=False, allow_blank=True, default="")
 
     def validate_account(self, value: str):
@@ -149,7 +188,7 @@ def intake_request_schema() -> PolymorphicProxySerializer:
 
 class TransitionRequestSerializer(serializers.Serializer):
     transition = serializers.ChoiceField(choices=[(t, t) for t in MANUAL_TRANSITIONS])
-    expected_version = serializers.IntegerField(min_value=1)
+    expected_version = StrictIntegerField(min_value=1)
     reason = _text(validation.REASON_MAX_LENGTH)
 
 
@@ -157,7 +196,7 @@ class PrepareProposalSerializer(serializers.Serializer):
     change = serializers.JSONField(
         help_text="The whole change, of the case's kind (its shape: GET /api/kinds/)."
     )
-    expected_version = serializers.IntegerField(min_value=1)
+    expected_version = StrictIntegerField(min_value=1)
     reason = _text(validation.SHORT_REASON_MAX_LENGTH, required=False, default="")
 
 

@@ -202,10 +202,9 @@ def case_open(
     if not _may_open(actor, account):
         raise ActionNotPermitted(f"{actor_label(actor)} may not open cases for {team}.")
     validation.ensure_valid(
-        request_key=validation.key_errors(
-            request_key, max_length=validation.REQUEST_KEY_MAX_LENGTH
-        ),
-        order_id=validation.key_errors(order_id, max_length=validation.ORDER_ID_MAX_LENGTH),
+        # Safe identifiers only: an order id travels into the order system's paths.
+        request_key=validation.identifier_errors(request_key),
+        order_id=validation.identifier_errors(order_id),
         note=validation.text_errors(note, max_length=validation.NOTE_MAX_LENGTH),
         kind=[] if kind in kinds.codes() else [f"One of {', '.join(kinds.codes())}."],
     )

@@ -8,9 +8,11 @@ fields (DRF turns it into a field error).
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
 
 from cases.exceptions import InvalidCaseInput
 
@@ -41,9 +43,53 @@ BIDI_CONTROLS = frozenset(
 _TEXT_ALLOWED_CONTROLS = frozenset("\t\n\r")
 
 
+# The same rules as a pattern, for the API schema (``text_errors`` gives the messages): no
+# control character but tab and line breaks, no lone surrogate, no bidi control.
+_TEXT_FORBIDDEN = (
+    r"\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f"
+    r"\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
+)
+# What ``str.strip`` removes (the API trims text before it checks blankness).
+_WHITESPACE = (
+    r"\u0009-\u000d\u001c-\u0020\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+TEXT_PATTERN = rf"^[^{_TEXT_FORBIDDEN}]*$"
+# Required text: at least one character that is not white space.
+REQUIRED_TEXT_PATTERN = (
+    rf"^[^{_TEXT_FORBIDDEN}]*[^{_TEXT_FORBIDDEN}{_WHITESPACE}][^{_TEXT_FORBIDDEN}]*$"
+)
+
+
 def _describe(char: str) -> str:
     name = unicodedata.name(char, "")
     return f"U+{ord(char):04X}" + (f" {name}" if name else "")
+
+
+# Order ids and request keys travel into URLs, file names and the order system's paths: a safe
+# identifier only. It starts with a letter or digit, so it is never "." or "..", and it holds no
+# "/", no space and no control character. The API schema publishes this very pattern.
+IDENTIFIER_MAX_LENGTH = 64
+IDENTIFIER_PATTERN = rf"^[A-Za-z0-9][A-Za-z0-9._:-]{{0,{IDENTIFIER_MAX_LENGTH - 1}}}$"
+_IDENTIFIER = re.compile(IDENTIFIER_PATTERN.replace("$", r"\Z"))
+IDENTIFIER_RULE = (
+    f"1 to {IDENTIFIER_MAX_LENGTH} characters: letters A-Z a-z, digits, '.', '_', ':' or '-', "
+    "starting with a letter or a digit"
+)
+
+
+def identifier_errors(value: str) -> list[str]:
+    """An order id or a request key: ``IDENTIFIER_PATTERN``, with a message saying why not."""
+    if not isinstance(value, str):
+        return ["Must be text."]
+    if not value:
+        return ["Must not be blank."]
+    if _IDENTIFIER.match(value):
+        return []
+    if len(value) > IDENTIFIER_MAX_LENGTH:
+        return [f"At most {IDENTIFIER_MAX_LENGTH} characters."]
+    if (char := first_unprintable(value)) is not None:
+        return [f"Only printable characters: {_describe(char)} is not allowed."]
+    return [f"Not a valid identifier: use {IDENTIFIER_RULE}."]
 
 
 def first_unprintable(value: str) -> str | None:
@@ -130,21 +176,46 @@ class KeyValidator:
         return hash((KeyValidator, self.max_length))
 
 
-class TextValidator:
-    """``text_errors`` as a field validator (the field's own ``required`` decides blankness)."""
+class IdentifierValidator(RegexValidator):
+    """``identifier_errors`` as a field validator; a ``RegexValidator`` so the schema states
+    its pattern."""
 
-    def __init__(self, max_length: int) -> None:
+    def __init__(self) -> None:
+        super().__init__(IDENTIFIER_PATTERN)
+
+    def __call__(self, value: str) -> None:
+        if messages := identifier_errors(value):
+            raise ValidationError(messages)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, IdentifierValidator)
+
+    def __hash__(self) -> int:
+        return hash(IdentifierValidator)
+
+
+class TextValidator(RegexValidator):
+    """``text_errors`` as a field validator (the field's own ``required`` decides blankness);
+    a ``RegexValidator`` so the schema states the same rule as a pattern."""
+
+    def __init__(self, max_length: int, *, required: bool = False) -> None:
+        super().__init__(REQUIRED_TEXT_PATTERN if required else TEXT_PATTERN)
         self.max_length = max_length
+        self.required = required
 
     def __call__(self, value: str) -> None:
         if messages := text_errors(value, max_length=self.max_length):
             raise ValidationError(messages)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, TextValidator) and other.max_length == self.max_length
+        return (
+            isinstance(other, TextValidator)
+            and other.max_length == self.max_length
+            and other.required == self.required
+        )
 
     def __hash__(self) -> int:
-        return hash((TextValidator, self.max_length))
+        return hash((TextValidator, self.max_length, self.required))
 
 
 def parse_id(value: str | None) -> int | None:

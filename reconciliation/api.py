@@ -35,7 +35,13 @@ class ChangeKindSerializer(serializers.Serializer):
 class ChangeKindViewSet(ThrottleRefusalsMixin, viewsets.ViewSet):
     """The change kinds (one list, no pages: a handful)."""
 
-    @extend_schema(responses={200: ChangeKindSerializer(many=True), **error_responses()})
+    @extend_schema(
+        responses={200: ChangeKindSerializer(many=True), **error_responses()},
+        summary="List the change kinds",
+        description="The change kinds this deployment offers (one list, no pages): each one's "
+        "code, label, operation key prefix, the JSON schema of its change, and the autonomy "
+        "the order system's capability probe proved for it.",
+    )
     def list(self, request):
         statuses = {status.kind: status for status in kinds_autonomy()}
         rows = [

@@ -156,6 +156,7 @@ class OrderHookView(APIView):
 
     @extend_schema(
         operation_id="hooks_orders_receive",
+        summary="Receive an order-system event",
         request={"application/json": OpenApiTypes.OBJECT},
         responses={
             202: OpenApiResponse(OpenApiTypes.OBJECT, description="Stored, or already stored."),

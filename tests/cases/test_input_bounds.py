@@ -343,13 +343,56 @@ def test_intake_service_refuses_unprintable_characters_in_keys(agent, account, w
     assert writes() == before
 
 
-def test_intake_accepts_keys_in_any_script(api_as, agent, account):
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("request_key", "Bestellung-Ü-42 №7"),
+        ("order_id", "<script>alert(1)</script>"),
+        ("order_id", ".."),
+        ("order_id", "."),
+        ("order_id", "ORD/7731"),
+        ("order_id", "-ORD"),
+        ("request_key", "k" * 65),
+    ],
+)
+def test_intake_refuses_what_is_not_a_safe_identifier(api_as, agent, account, writes, field, value):
+    before = writes()
+
+    response = api_as(agent).post("/api/cases/", _intake(**{field: value}), format="json")
+
+    assert response.status_code == 400, response.json()
+    assert response.json()["error"] == "invalid"
+    assert any("characters" in m for m in response.json()["fields"][field])
+    assert writes() == before
+
+
+def test_intake_service_refuses_an_order_id_that_climbs_out_of_its_path(agent, account, writes):
+    from cases.exceptions import InvalidCaseInput
+    from cases.services import case_open
+
+    before = writes()
+    with pytest.raises(InvalidCaseInput) as refused:
+        case_open(
+            actor=agent,
+            account=account,
+            kind="delivery_date",
+            change=date_change(_today() + dt.timedelta(days=3)),
+            request_key="k-1",
+            order_id="..",
+        )
+
+    assert set(refused.value.fields) == {"order_id"}
+    assert writes() == before
+
+
+def test_intake_accepts_a_safe_identifier_of_the_longest_length(api_as, agent, account):
+    key = "A1._:-" + "k" * 58
     response = api_as(agent).post(
-        "/api/cases/", _intake(request_key="Bestellung-Ü-42 №7", order_id="ORD-7731"), format="json"
+        "/api/cases/", _intake(request_key=key, order_id="ORD-7731"), format="json"
     )
 
     assert response.status_code == 201, response.json()
-    assert Case.objects.get().request_key == "Bestellung-Ü-42 №7"
+    assert Case.objects.get().request_key == key
 
 
 def test_intake_refuses_a_two_megabyte_note(api_as, agent, account, writes):

@@ -27,9 +27,13 @@ class _ThreadingServer(ThreadingMixIn, WSGIServer):
 
 
 @contextlib.contextmanager
-def serve_holdfast(*, static_files: bool = False) -> Iterator[str]:
+def serve_holdfast(
+    *, static_files: bool = False, lock: contextlib.AbstractContextManager | None = None
+) -> Iterator[str]:
     """Serve Holdfast on 127.0.0.1 (a free port) and yield its base URL; with
-    ``static_files`` also the admin's CSS and JavaScript, which a browser needs."""
+    ``static_files`` also the admin's CSS and JavaScript, which a browser needs. With ``lock``
+    each request holds it (SQLite's in-memory test database locks whole tables: a test that
+    works the database from another thread at the same time takes the same lock)."""
     app = get_wsgi_application()
     if static_files:
         from django.contrib.staticfiles.handlers import StaticFilesHandler
@@ -37,10 +41,11 @@ def serve_holdfast(*, static_files: bool = False) -> Iterator[str]:
         app = StaticFilesHandler(app)
 
     def application(environ, start_response):
-        try:
-            return app(environ, start_response)
-        finally:
-            connections.close_all()
+        with lock or contextlib.nullcontext():
+            try:
+                return app(environ, start_response)
+            finally:
+                connections.close_all()
 
     server = make_server(
         "127.0.0.1", 0, application, server_class=_ThreadingServer, handler_class=_QuietHandler
