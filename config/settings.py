@@ -295,6 +295,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # OpenAPI links from an answer to the operations its values lead to (config.schema_links).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "config.schema_links.add_links",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "CaseStatusEnum": "cases.models.Status",
         "ProposalStatusEnum": "approvals.models.Proposal.Status",

@@ -1,9 +1,12 @@
-"""Schemathesis against ``/api/schema/``: every operation, every check, bounded examples.
+"""Schemathesis against ``/api/schema/``: every operation, every check, stateful links.
 
 The schema is loaded from the running app (WSGI, in this process, inside the test's database
-transaction) and every generated request carries a real token of the demo team's lead. Each
-answer must conform to the schema: no server error, a documented status code, content type,
-headers and body, valid data accepted, invalid data refused, no ignored authentication.
+transaction). Every operation is called as the integration's token (the demo's order intake,
+an agent) and as an approver's token, and the stateful runs follow the schema's OpenAPI links
+(an opened case's reference into reading, moving and cancelling it; a proposal's id into
+approving it) as each of them. Each answer must conform to the schema: no server error, a
+documented status code, content type, headers and body, valid data accepted, invalid data
+refused, no ignored authentication, resources reachable where a link says they are.
 Examples are bounded and derandomized, so a run is repeatable and takes well under a minute.
 
 This is the only module that imports schemathesis; the rest of the suite runs with
@@ -25,16 +28,24 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 from schemathesis.config import SchemathesisConfig
+from schemathesis.generation import GenerationMode
 
 MAX_EXAMPLES = 25
+# Stateful runs: scenarios and the calls in each (intake, then where its links lead).
+STATEFUL_EXAMPLES = 15
+STATEFUL_STEPS = 6
+
+
+ROLES = ("integration", "approver")
 
 
 @pytest.fixture
-def demo_lead_token(db, settings):
-    """The demo data (team Deliveries, case D-41) and an API token of its lead."""
+def demo_tokens(db):
+    """The demo data (team Deliveries, case D-41) and an API token per role: the integration
+    (order intake) and an approver."""
     call_command("load_demo", stdout=io.StringIO())
-    lead = get_user_model().objects.get(username="lead", holdfast_teams__name="Deliveries")
-    return Token.objects.get_or_create(user=lead)[0].key
+    users = get_user_model().objects.filter(username__in=ROLES, holdfast_teams__name="Deliveries")
+    return {user.username: Token.objects.get_or_create(user=user)[0].key for user in users}
 
 
 @pytest.fixture(autouse=True)
@@ -88,16 +99,83 @@ schema = schemathesis.openapi.from_wsgi(
 )
 
 
-@schema.parametrize()
-@settings(
+# The token of the role a test runs as (set by the test, read per request by ``TokenAuth``).
+_TOKEN: dict[str, str] = {}
+
+
+@schema.auth(refresh_interval=None)
+class TokenAuth:
+    """The test's token on every generated request, as schemathesis' own authentication (so
+    its authentication checks know the request carried a real token and probe without it)."""
+
+    def get(self, case, context):
+        return _TOKEN.get("current")
+
+    def set(self, case, data, context):
+        case.headers = {**(case.headers or {}), "Authorization": f"Token {data}"}
+
+
+@schema.hook
+def map_case(context, case):
+    """A positive intake names the demo's account (a generated name would be refused as
+    unknown, and the stateful runs would never reach an opened case and its links)."""
+    meta = case.meta
+    positive = meta is None or meta.generation.mode == GenerationMode.POSITIVE
+    if case.operation.label == "POST /api/cases/" and positive and isinstance(case.body, dict):
+        case.body = {**case.body, "account": "ACC-100"}
+    return case
+
+
+HYPOTHESIS = settings(
     max_examples=MAX_EXAMPLES,
     deadline=None,
     derandomize=True,
     database=None,
     suppress_health_check=list(HealthCheck),
 )
-def test_every_operation_conforms_to_its_schema(case, demo_lead_token):
-    case.call_and_validate(headers={"Authorization": f"Token {demo_lead_token}"})
+
+
+@schema.parametrize()
+@HYPOTHESIS
+def test_every_operation_conforms_to_its_schema_as_the_integration(case, demo_tokens):
+    _TOKEN["current"] = demo_tokens["integration"]
+    case.call_and_validate()
+
+
+@schema.parametrize()
+@HYPOTHESIS
+def test_every_operation_conforms_to_its_schema_as_an_approver(case, demo_tokens):
+    _TOKEN["current"] = demo_tokens["approver"]
+    case.call_and_validate()
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_stateful_runs_following_the_links_conform(role, demo_tokens):
+    _TOKEN["current"] = demo_tokens[role]
+
+    class Workflow(schema.as_state_machine()):  # type: ignore[misc]
+        pass
+
+    Workflow.run(
+        settings=settings(
+            HYPOTHESIS, max_examples=STATEFUL_EXAMPLES, stateful_step_count=STATEFUL_STEPS
+        )
+    )
+
+
+def test_the_stateful_runs_follow_the_schemas_links():
+    """Intake leads to reading, moving, cancelling the case and preparing its proposal; the
+    approver's queue leads to approving and rejecting the first proposal."""
+    steps = {name for name in dir(schema.as_state_machine()) if "__" in name}
+    for expected in [
+        "POST_api_cases___201_ReadCase__GET_api_cases_reference_",
+        "POST_api_cases___201_MoveCase__POST_api_cases_reference_transitions_",
+        "POST_api_cases___201_CancelCase__POST_api_cases_reference_cancel_",
+        "POST_api_cases___201_PrepareProposal__POST_api_cases_reference_proposals_",
+        "GET_api_proposals___200_ApproveProposal__POST_api_proposals_id_approve_",
+        "GET_api_proposals___200_RejectProposal__POST_api_proposals_id_reject_",
+    ]:
+        assert expected in steps
 
 
 def test_the_run_covers_every_operation_with_every_check():
