@@ -41,6 +41,7 @@ from cases.kernel import (
     user_or_none,
 )
 from cases.models import Case, CaseEvent, Status, WaitingOn, WaitReason
+from cases.references import operation_key_part
 from cases.retries import retries_reset
 from cases.scheduling import enqueue_on_commit
 
@@ -149,7 +150,9 @@ def proposals_withdraw_open(case: Case, reason: str) -> list[str]:
 
 def _operation_for(case: Case, order_id: str, change: dict) -> Operation:
     """The operation for this exact intended change (the whole change): the existing live one,
-    or the next key, named by the change's kind (``{key prefix}-{case number}-{sequence}``)."""
+    or the next key, named by the change's kind (``{key prefix}-{case}-{sequence}``: the case's
+    number, with its team's prefix unless it is the deployment's original one:
+    ``cases.references.operation_key_part``)."""
     change_hash = kinds.change_hash(change)
     existing = Operation.objects.filter(
         case=case, order_id=order_id, change_hash=change_hash, retired_at__isnull=True
@@ -159,7 +162,7 @@ def _operation_for(case: Case, order_id: str, change: dict) -> Operation:
     sequence = (case.operations.aggregate(n=Max("sequence"))["n"] or 0) + 1
     return Operation.objects.create(
         case=case,
-        key=f"{kinds.kind_of(change).key_prefix}-{case.number}-{sequence}",
+        key=f"{kinds.kind_of(change).key_prefix}-{operation_key_part(case)}-{sequence}",
         sequence=sequence,
         order_id=order_id,
         change=kinds.canonical(change),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, cast
 
 from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex, OpClass
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Upper
@@ -37,6 +38,16 @@ class Team(models.Model):
     """A support team. Cases, accounts and staff belong to teams; every query is scoped to them."""
 
     name = models.CharField(max_length=100, unique=True)
+    # Validated by ``cases.references.case_prefix_errors`` (the admin's form); given from the
+    # name when none is set (``save``).
+    case_prefix = models.CharField(
+        max_length=8,
+        unique=True,
+        blank=True,
+        validators=[RegexValidator(r"^[A-Za-z]{1,8}\Z", "1 to 8 letters A-Z.")],
+        help_text="The team's case references: D for D-41. Its own counter: other teams' "
+        "numbers reveal nothing of this team's. Set once, before the team's first case.",
+    )
     members = models.ManyToManyField(
         settings.AUTH_USER_MODEL, related_name="holdfast_teams", blank=True
     )
@@ -62,6 +73,14 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args, **kwargs):
+        if not self.case_prefix:
+            from cases.references import free_case_prefix
+
+            taken = Team.objects.exclude(pk=self.pk).values_list("case_prefix", flat=True)
+            self.case_prefix = free_case_prefix(self.name, taken)
+        super().save(*args, **kwargs)
 
 
 class StaffProfile(models.Model):
@@ -224,7 +243,8 @@ class Case(FSMModelMixin, models.Model):
     """One customer request (D-41). Never created by a retry, an attempt or a takeover."""
 
     reference = models.CharField(max_length=20, unique=True, editable=False)
-    number = models.PositiveIntegerField(unique=True, editable=False)
+    # Counted per team (``cases.references``): unique with the team (``case_number_per_team``).
+    number = models.PositiveIntegerField(editable=False)
     # An account's cases are found through ``case_unique_request_key_per_account``, whose
     # first column it is (the foreign key's own index was the same thing again: 0016).
     account = models.ForeignKey(
@@ -347,6 +367,8 @@ class Case(FSMModelMixin, models.Model):
             models.UniqueConstraint(
                 fields=["account", "request_key"], name="case_unique_request_key_per_account"
             ),
+            # Each team counts its own cases (``cases.references``; cases 0026).
+            models.UniqueConstraint(fields=["team", "number"], name="case_number_per_team"),
             models.CheckConstraint(
                 condition=Q(backup__isnull=True) | ~Q(backup=models.F("owner")),
                 name="case_backup_is_not_owner",

@@ -33,7 +33,6 @@ from cases.exceptions import (
     TransitionRejected,
 )
 from cases.extensions import before_evidence_replaced
-from cases.fencing import counter_next
 from cases.followups import follow_up_refresh
 from cases.kernel import (
     KEEP,
@@ -58,6 +57,7 @@ from cases.models import (
     Status,
     WaitingOn,
 )
+from cases.references import case_number_next
 from cases.retries import retries_reset
 from cases.rows import insert, update
 from cases.scheduling import enqueue_on_commit
@@ -236,9 +236,10 @@ def case_open(
         raise _open_case_exists(open_case)
     try:
         with transaction.atomic():
-            number = counter_next("case_number")
+            # The team's own prefix and counter (cases.references).
+            number, reference = case_number_next(team)
             case = Case(
-                reference=f"{settings.CASE_REFERENCE_PREFIX}-{number}",
+                reference=reference,
                 number=number,
                 account=account,
                 request_key=request_key,

@@ -159,12 +159,16 @@ def source_check_due_from(checked_at: dt.datetime | None, now: dt.datetime | Non
 @functools.cache
 def _operation_key(prefixes: tuple[str, ...]) -> re.Pattern[str]:
     alternatives = "|".join(re.escape(prefix) for prefix in prefixes) or "(?!)"
-    return re.compile(rf"(?:{alternatives})-(\d+)-\d+")
+    # The case's part: its number, after its team's prefix unless that is the deployment's
+    # original prefix (``cases.references.operation_key_part``; keys made before per-team
+    # references are all of that shape).
+    return re.compile(rf"(?:{alternatives})-(?P<prefix>[A-Za-z]*)(?P<number>\d+)-\d+")
 
 
 def operation_key_match(operation_key: str) -> re.Match[str] | None:
-    """``operation_key`` as a case's operation key (``{prefix}-{case number}-{sequence}``, a
-    prefix of a change kind this desk offers); group 1 is the case number."""
+    """``operation_key`` as a case's operation key (``{prefix}-{case}-{sequence}``, a prefix
+    of a change kind this desk offers); groups ``prefix`` (the team's, '' for the deployment's
+    original one) and ``number`` name the case."""
     return _operation_key(tuple(kinds.key_prefixes())).fullmatch(operation_key)
 
 

@@ -22,9 +22,10 @@ import datetime as dt
 import logging
 import re
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
-from django.db.models import Max, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from approvals.models import Approval, Operation, Proposal
@@ -32,7 +33,8 @@ from cases.attempts import attempt_set_state
 from cases.codes import Action
 from cases.fencing import counter_raise_to, fencing_current, fencing_raise_to
 from cases.kernel import Worker, apply_transition, case_step, record_fact
-from cases.models import OPEN_STATUSES, Attempt, Case, Status, WaitingOn
+from cases.models import OPEN_STATUSES, Attempt, Case, Status, Team, WaitingOn
+from cases.references import counter_raise_past, highest_number
 from reconciliation.client import OrderSystemClient
 from reconciliation.exceptions import OrderSystemError
 from reconciliation.restore_detection import (
@@ -74,35 +76,46 @@ def suspects() -> list[int]:
     )
 
 
-def _references_seen(client: OrderSystemClient | None) -> tuple[int, int, int]:
-    """(highest token, highest case number, highest approval number) the order system shows;
-    zeros when it cannot answer."""
+def _references_seen(
+    client: OrderSystemClient | None,
+) -> tuple[int, dict[str, int], int]:
+    """(highest token, highest case number per case prefix, highest approval number) the
+    order system shows; zeros when it cannot answer. The prefix '' is the deployment's original
+    one (``cases.references.operation_key_part``)."""
     own_client = client is None
     client = client or OrderSystemClient.from_settings()
-    cases = approvals = 0
+    cases: dict[str, int] = {}
+    approvals = 0
     try:
         seen = client.fences_seen(above=0)
     except OrderSystemError as exc:
         logger.warning("The order system could not list what it has seen: %s", exc)
-        return 0, 0, 0
+        return 0, {}, 0
     finally:
         if own_client:
             client.close()
     for item in seen.operations:
         if match := operation_key_match(item.operation_key):
-            cases = max(cases, int(match.group(1)))
+            prefix = match.group("prefix") or settings.CASE_REFERENCE_PREFIX
+            cases[prefix] = max(cases.get(prefix, 0), int(match.group("number")))
         if match := _APPROVAL_REFERENCE.fullmatch(item.approval_id):
             approvals = max(approvals, int(match.group(1)))
     return seen.max_token, cases, approvals
 
 
-def advance_counters(*, client: OrderSystemClient | None = None) -> dict[str, int]:
+def advance_counters(*, client: OrderSystemClient | None = None) -> dict[str, Any]:
     """Move the fencing sequence and the case and approval counters past everything already
-    used: these rows, and what the order system has seen. Returns the new floors."""
+    used: these rows, and what the order system has seen. Returns the new floors (each team's
+    under ``case_numbers``, by prefix)."""
     token, case_seen, approval_seen = _references_seen(client)
     fencing_floor = max(fencing_current(), token) + FENCING_JUMP
     fencing_raise_to(fencing_floor)
-    case_rows = Case.objects.aggregate(n=Max("number"))["n"] or 0
+    case_floors: dict[str, int] = {}
+    for team in Team.objects.all():
+        # Past its own rows (``highest_number``) and what the order system saw of its prefix.
+        floor = max(highest_number(team), case_seen.get(team.case_prefix, 0)) + REFERENCE_GAP
+        counter_raise_past(team, floor)
+        case_floors[team.case_prefix] = floor
     approval_rows = max(
         (
             int(m.group(1))
@@ -111,14 +124,13 @@ def advance_counters(*, client: OrderSystemClient | None = None) -> dict[str, in
         ),
         default=0,
     )
-    floors = {
+    floors: dict[str, Any] = {
         "fencing_token": fencing_floor,
-        "case_number": max(case_rows, case_seen) + REFERENCE_GAP,
+        "case_number": max(case_floors.values(), default=0),
         "approval_number": max(approval_rows, approval_seen) + REFERENCE_GAP,
     }
-    counter_raise_to("case_number", floors["case_number"])
     counter_raise_to("approval_number", floors["approval_number"])
-    return floors
+    return {**floors, "case_numbers": case_floors}
 
 
 def recover_after_restore(
@@ -172,7 +184,9 @@ def recover_after_restore(
         progress(f"[{index}/{len(pending)}] {reference}: {outcome}")
     progress(
         f"Counters advanced past everything already used: fencing tokens above "
-        f"{floors['fencing_token']}, cases above D-{floors['case_number']}, approvals above "
+        f"{floors['fencing_token']}, cases above "
+        + ", ".join(f"{prefix}-{n}" for prefix, n in sorted(floors["case_numbers"].items()))
+        + ", approvals above "
         f"AP-{floors['approval_number']}"
     )
     source_verified()

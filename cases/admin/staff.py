@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
@@ -17,14 +18,33 @@ from cases.admin.forms import AbsenceForm
 from cases.admin.views import person
 from cases.exceptions import CaseError
 from cases.models import StaffProfile, Team
+from cases.references import case_prefix_errors
 
 User = get_user_model()
 
 
+class TeamForm(forms.ModelForm):
+    class Meta:
+        model = Team
+        fields = ["name", "case_prefix", "members", "default_owner", "default_backup"]
+
+    def clean_case_prefix(self) -> str:
+        prefix = self.cleaned_data.get("case_prefix") or ""
+        if prefix and (errors := case_prefix_errors(prefix, team_id=self.instance.pk)):
+            raise forms.ValidationError(errors)
+        return prefix
+
+
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
-    list_display = ["name", "default_owner", "default_backup"]
+    form = TeamForm
+    list_display = ["name", "case_prefix", "default_owner", "default_backup"]
     filter_horizontal = ["members"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        # The prefix is in every reference and operation key of the team's cases: set once,
+        # before the first (left blank, one is made from the name).
+        return ["case_prefix"] if obj is not None and obj.cases.exists() else []
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Team]:
         return selectors.teams_for(request.user)

@@ -125,10 +125,11 @@ def _approved_case(run: Run, order_id: str, version: int, when: _Approved) -> in
     from cases.fencing import counter_next
     from cases.kinds import change_hash
     from cases.models import Case
+    from cases.references import case_number_next
 
     fx = fixture(run)
     requested, expires = when.requested, when.expires
-    case_number = counter_next("case_number")
+    case_number, _ = case_number_next(fx["account"].team)  # the team's numbers intake uses
     tag = f"E{case_number}"  # unique; short enough for AP-{tag} (20)
     case = ready_case_seed(
         tag=tag,

@@ -130,8 +130,12 @@ def seed_sql(size: int, *, prefix: str, history: int = HISTORY_CASES) -> list[st
                now()
         """,
         f"""
-        INSERT INTO cases_team (id, name, default_owner_id, default_backup_id)
-        SELECT t, 'Bench team ' || t, t, t + {TEAMS} FROM generate_series(1, {TEAMS}) t
+        INSERT INTO cases_team (id, name, case_prefix, default_owner_id, default_backup_id)
+        SELECT t, 'Bench team ' || t,
+               CASE WHEN t = 1 THEN '{prefix}'
+                    ELSE 'BT' || chr(65 + (t - 1) / 26) || chr(65 + (t - 1) % 26) END,
+               t, t + {TEAMS}
+        FROM generate_series(1, {TEAMS}) t
         """,
         f"""
         INSERT INTO cases_team_members (team_id, user_id)

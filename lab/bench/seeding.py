@@ -135,7 +135,7 @@ def bench_profile(model: Any, sandbox_order_id: str, reason: str) -> None:
 def ready_cases(run: Run, count: int, *, due: bool = False) -> list[int]:
     """``count`` ready cases with an approved proposal, written as rows (this is what a
     claim reads); ``due``: due now, for a next-due claim. Statistics refreshed after."""
-    from cases.fencing import counter_next
+    from cases.references import case_number_next
 
     fx = fixture(run)
     now = timezone.now()
@@ -147,7 +147,7 @@ def ready_cases(run: Run, count: int, *, due: bool = False) -> list[int]:
             case = ready_case_seed(
                 tag=f"B{tag}",
                 reference=f"BENCH-{tag}",
-                number=counter_next("case_number"),  # the numbers intake uses
+                number=case_number_next(fx["account"].team)[0],  # the numbers intake uses
                 account=fx["account"],
                 owner=fx["owner"],
                 approver=fx["approver"],

@@ -122,6 +122,8 @@ class Seeder:
         team = self.create(
             Team,
             name=f"Deliveries {r}",
+            # Letters only, one per round (cases 0026: each team has its own prefix).
+            case_prefix="W" + "".join(chr(65 + int(d)) for d in str(self.number)),
             default_owner=users["lead"],
             default_backup=users["backup"],
         )

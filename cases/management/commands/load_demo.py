@@ -19,9 +19,9 @@ from django.db import transaction
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
-from cases.fencing import counter_raise_to
 from cases.kernel import SYSTEM
 from cases.models import CustomerAccount, Team
+from cases.references import counter_raise_past
 from cases.roles import ensure_roles
 from cases.services import case_open
 
@@ -131,7 +131,7 @@ class Command(BaseCommand):
             )
             token, _ = Token.objects.get_or_create(user=users["integration"])
             # The running example is D-41: start numbering there on a fresh database.
-            counter_raise_to("case_number", 40)
+            counter_raise_past(team, 40)
         out = self.stdout
         for request_key, order_id, kind, change, note in DEMO_CASES:
             case, created = case_open(
