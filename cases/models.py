@@ -23,6 +23,7 @@ from django_fsm import FSMField, FSMModelMixin, transition
 
 from cases import kinds
 from cases.append_only import GuardedModel, GuardedQuerySet
+from cases.prefixes import free_case_prefix
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
@@ -76,8 +77,6 @@ class Team(models.Model):
 
     def save(self, *args, **kwargs):
         if not self.case_prefix:
-            from cases.references import free_case_prefix
-
             taken = Team.objects.exclude(pk=self.pk).values_list("case_prefix", flat=True)
             self.case_prefix = free_case_prefix(self.name, taken)
         super().save(*args, **kwargs)

@@ -15,16 +15,16 @@ keys name its prefix (``DATE-R7-1``), so keys stay unique across teams.
 from __future__ import annotations
 
 import re
-import string
-from collections.abc import Iterable
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Max
 
 from cases.models import Case, CounterRow, Team
+from cases.prefixes import CASE_PREFIX_MAX_LENGTH, free_case_prefix
 
-CASE_PREFIX_MAX_LENGTH = 8
+__all__ = ["CASE_PREFIX_MAX_LENGTH", "free_case_prefix"]
+
 CASE_PREFIX_PATTERN = rf"^[A-Za-z]{{1,{CASE_PREFIX_MAX_LENGTH}}}$"
 _CASE_PREFIX = re.compile(CASE_PREFIX_PATTERN.replace("$", r"\Z"))
 
@@ -43,19 +43,6 @@ def case_prefix_errors(prefix: str, *, team_id: int | None = None) -> list[str]:
     if others.exists():
         return [f"Another team uses the prefix {prefix}."]
     return []
-
-
-def free_case_prefix(name: str, taken: Iterable[str]) -> str:
-    """A prefix for a team called ``name`` that no team in ``taken`` has: its initial, then
-    more of its letters, then its initial and a letter."""
-    taken = {prefix.upper() for prefix in taken}
-    letters = "".join(c for c in name.upper() if c in string.ascii_uppercase) or "T"
-    candidates = [letters[:n] for n in range(1, min(len(letters), CASE_PREFIX_MAX_LENGTH) + 1)]
-    candidates += [letters[0] + c for c in string.ascii_uppercase]
-    candidates += [
-        letters[0] + a + b for a in string.ascii_uppercase for b in string.ascii_uppercase
-    ]
-    return next(c for c in candidates if c not in taken)
 
 
 def highest_number(team: Team) -> int:
