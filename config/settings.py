@@ -330,6 +330,8 @@ ORDER_SYSTEM_TOKEN = _secret("ORDER_SYSTEM_TOKEN", "dev-order-system-token")
 
 # --- Case policy ---------------------------------------------------------------------------
 CASE_RETENTION_DAYS = env_int("CASE_RETENTION_DAYS", 365, minimum=1)
+# The prefix every reference had before each team had its own (cases.references): the team
+# that kept it at migration (cases 0026) keeps its operation keys' old shape (DATE-41-1).
 CASE_REFERENCE_PREFIX = env_str("CASE_REFERENCE_PREFIX", "D")
 # A delivery date asked for or proposed is today or later, and at most this many days ahead.
 DELIVERY_DATE_HORIZON_DAYS = env_int("DELIVERY_DATE_HORIZON_DAYS", 365, minimum=1)
