@@ -41,8 +41,8 @@ class ChooseForm(forms.Form):
     account = forms.ModelChoiceField(queryset=CustomerAccount.objects.none(), label="Account")
     order_id = forms.CharField(
         label="Order",
-        max_length=validation.ORDER_ID_MAX_LENGTH,
-        validators=[validation.KeyValidator(validation.ORDER_ID_MAX_LENGTH)],
+        max_length=validation.IDENTIFIER_MAX_LENGTH,
+        validators=[validation.IdentifierValidator()],
         help_text="The order's id in the order system, e.g. ORD-7731.",
     )
 
