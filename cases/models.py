@@ -398,6 +398,9 @@ class Case(FSMModelMixin, models.Model):
             # see an inbound event is one look here per event (``inbound_events_for``). It
             # answers lookups by order id, in place of the field's own index (0016).
             models.Index(fields=["order_id", "account", "team"], name="case_order_idx"),
+            # The lists' order (``-number``, newest first) read from an index, as the unique
+            # number's index did before numbers were per team (0026).
+            models.Index(fields=["number"], name="case_number_idx"),
             # Overdue and at-risk follow-ups and the reminders' sweep: partial, so it holds
             # only the cases that wait on a person (0019).
             models.Index(

@@ -9,9 +9,10 @@ Before this, every case took its number from one counter (``case_number``) and t
 - each team's counter (``case_number:team:<id>``) is set past its highest number: its own
   cases', and every case whose reference carries its prefix (so the team that kept ``D`` counts
   on past every D- number any team had).
-- ``Case.number`` is unique per team (``case_number_per_team``, built ``CONCURRENTLY`` on
-  PostgreSQL in this non-atomic migration, so cases keep being written meanwhile), no longer
-  across the deployment.
+- ``Case.number`` is unique per team (``case_number_per_team``), no longer across the
+  deployment, and keeps an index of its own (``case_number_idx``: the lists' order); both are
+  built ``CONCURRENTLY`` on PostgreSQL in this non-atomic migration, so cases keep being
+  written meanwhile.
 
 Backwards the prefixes and per-team counters go and the global uniqueness of numbers returns
 (refused, naming them, when two teams' cases share a number by then).
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import string
 
+import django.contrib.postgres.operations
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import migrations, models
@@ -168,6 +170,24 @@ class AlterFieldOnSQLite(migrations.AlterField):
         return super().database_forwards(app_label, schema_editor, from_state, to_state)
 
 
+class AddIndexConcurrently(django.contrib.postgres.operations.AddIndexConcurrently):
+    """``CREATE INDEX CONCURRENTLY`` on PostgreSQL; Django's own ``AddIndex`` elsewhere."""
+
+    def database_forwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor == "postgresql":
+            return super().database_forwards(app_label, schema_editor, from_state, to_state)
+        return migrations.AddIndex.database_forwards(
+            self, app_label, schema_editor, from_state, to_state
+        )
+
+    def database_backwards(self, app_label, schema_editor, from_state, to_state):
+        if schema_editor.connection.vendor == "postgresql":
+            return super().database_backwards(app_label, schema_editor, from_state, to_state)
+        return migrations.AddIndex.database_backwards(
+            self, app_label, schema_editor, from_state, to_state
+        )
+
+
 class Migration(migrations.Migration):
     atomic = False
 
@@ -200,6 +220,11 @@ class Migration(migrations.Migration):
             constraint=models.UniqueConstraint(
                 fields=("team", "number"), name="case_number_per_team"
             ),
+        ),
+        # Before the unique number (and its index) goes: the lists keep reading in order.
+        AddIndexConcurrently(
+            model_name="case",
+            index=models.Index(fields=["number"], name="case_number_idx"),
         ),
         AlterFieldOnSQLite(
             model_name="case",
