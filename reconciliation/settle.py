@@ -44,6 +44,7 @@ from reconciliation.complete import case_complete
 from reconciliation.exceptions import OrderSystemError, UnknownOperation
 from reconciliation.failures import Words, transient_failure_record
 from reconciliation.restore_detection import restore_detected
+from reconciliation.sources import plain_failure
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,10 @@ def investigate(case: Case, operation: Operation, client: OrderSystemClient) -> 
     try:
         client.fence(operation.order_id, token)
     except OrderSystemError as exc:
-        return Unknown(f"the fence could not be raised ({exc.error}): not proof")
+        return Unknown(
+            f"the fence could not be raised: the order system {plain_failure(exc)}, so an "
+            "older worker might still apply the change and nothing is proven yet"
+        )
     try:
         record = client.get_operation(operation.key)
     except UnknownOperation:
@@ -115,7 +119,11 @@ def investigate(case: Case, operation: Operation, client: OrderSystemClient) -> 
             fence_token=token,
         )
     except OrderSystemError as exc:
-        return Unknown(f"the consistent lookup failed ({exc.error}): not proof", fence_token=token)
+        return Unknown(
+            f"the consistent lookup failed: asked for the operation after the fence, the "
+            f"order system {plain_failure(exc)}, so nothing is proven yet",
+            fence_token=token,
+        )
     if not found_as_intended(operation, record):
         return Unknown(
             f"{operation.key} exists with another change "

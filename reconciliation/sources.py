@@ -143,6 +143,12 @@ _PLAIN_FAILURE = {
 }
 
 
+def plain_failure(exc: OrderSystemError) -> str:
+    """What the order system did, in words: 'did not answer' (a timeout, a dropped
+    connection) is told apart from 'said it was unavailable' (it answered, and refused)."""
+    return _PLAIN_FAILURE.get(exc.error, f"refused the request ({exc.error})")
+
+
 def source_failure_text(exc: OrderSystemError, failed_checks: int, at: dt.datetime) -> str:
     """The last error in plain words: what happened, how many checks in a row, and when."""
     what = _PLAIN_FAILURE.get(exc.error, "refused the read")
@@ -168,8 +174,8 @@ def _source_unavailable(case_id: int, actor: Actor, exc: OrderSystemError) -> st
             detail=lambda failures: {"error": exc.error, "failed_checks": failures},
             retry=Words(
                 reason=f"Order system unavailable ({code}); next check {{next_time}}",
-                waiting="The order system did not answer ({failures} of {limit} checks); "
-                "checking again later",
+                waiting=f"The order system {plain_failure(exc)} "
+                "({failures} of {limit} checks); checking again later",
             ),
             give_up=Words(
                 reason="The order source stayed unavailable: {error}",
