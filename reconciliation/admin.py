@@ -400,7 +400,7 @@ def revoke_case(*, case: Case, actor: Any, kind: str, reason: str) -> str:
     return revocation.describe_revocation(result)
 
 
-@admin.action(description="Revoke access (stops and settles every open case)")
+@admin.action(description="Revoke access (stops and settles every open case)", permissions=["lead"])
 def revoke_access(
     model_admin: admin.ModelAdmin[CustomerAccount],
     request: HttpRequest,
