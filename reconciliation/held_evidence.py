@@ -19,9 +19,8 @@ from cases import kinds
 from cases.codes import Action
 from cases.models import Case
 from reconciliation.client import OrderSystemClient
-from reconciliation.exceptions import OrderSystemError, UnknownOperation
+from reconciliation.exceptions import OrderSystemError, UnknownOperation, plain_failure
 from reconciliation.settle import found_as_intended, held_operation
-from reconciliation.sources import plain_failure
 
 # The events that record what a reconciliation found, newest first on the case page.
 FINDING_EVENTS = (

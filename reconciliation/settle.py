@@ -41,10 +41,9 @@ from cases.rows import save_fields
 from cases.services import evidence_add
 from reconciliation.client import OperationRecord, OrderSystemClient
 from reconciliation.complete import case_complete
-from reconciliation.exceptions import OrderSystemError, UnknownOperation
+from reconciliation.exceptions import OrderSystemError, UnknownOperation, plain_failure
 from reconciliation.failures import Words, transient_failure_record
 from reconciliation.restore_detection import restore_detected
-from reconciliation.sources import plain_failure
 
 
 @dataclass(frozen=True)

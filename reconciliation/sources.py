@@ -22,7 +22,12 @@ from cases.retries import retries_reset
 from cases.scheduling import enqueue_on_commit
 from cases.services import evidence_add
 from reconciliation.client import Order, OrderSystemClient
-from reconciliation.exceptions import OrderSystemError, UnknownOrder
+from reconciliation.exceptions import (
+    PLAIN_FAILURE,
+    OrderSystemError,
+    UnknownOrder,
+    plain_failure,
+)
 from reconciliation.failures import Words, literal, transient_failure_record
 from reconciliation.restore_detection import restore_detected
 
@@ -130,28 +135,9 @@ def _escalate(case_or_id, actor, reason: str) -> str:
     return "needs_attention"
 
 
-# What a failed read means, in words for the case page (keyed by the client's error code).
-_PLAIN_FAILURE = {
-    "connect_failed": "could not be reached",
-    "no_answer": "did not answer",
-    "unavailable": "said it was unavailable",
-    "bad_gateway": "did not answer (a gateway in front of it failed)",
-    "protocol_violation": "answered in a way that does not follow the contract",
-    "undecodable_answer": "answered in a way that does not follow the contract",
-    "unexpected_status": "answered in a way that does not follow the contract",
-    "permission_revoked": "refused access to the order",
-}
-
-
-def plain_failure(exc: OrderSystemError) -> str:
-    """What the order system did, in words: 'did not answer' (a timeout, a dropped
-    connection) is told apart from 'said it was unavailable' (it answered, and refused)."""
-    return _PLAIN_FAILURE.get(exc.error, f"refused the request ({exc.error})")
-
-
 def source_failure_text(exc: OrderSystemError, failed_checks: int, at: dt.datetime) -> str:
     """The last error in plain words: what happened, how many checks in a row, and when."""
-    what = _PLAIN_FAILURE.get(exc.error, "refused the read")
+    what = PLAIN_FAILURE.get(exc.error, "refused the read")
     checks = "1 check" if failed_checks == 1 else f"{failed_checks} checks in a row"
     when = at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     code = f"{exc.error}: {exc.detail}" if exc.detail else exc.error

@@ -16,9 +16,8 @@ from cases.actions import case_actions, get_action
 from cases.models import Status
 from cases.next_action import describe_next_action, status_label
 from reconciliation.apply import apply_case
-from reconciliation.exceptions import Transient
+from reconciliation.exceptions import Transient, plain_failure
 from reconciliation.settle import case_reconcile
-from reconciliation.sources import plain_failure
 from tests.cases.helpers import reload
 
 pytestmark = pytest.mark.order_system
