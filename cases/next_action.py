@@ -138,10 +138,12 @@ def workers_settle(case: Case) -> bool:
 
 
 def status_label(case: Case) -> str:
-    """The status as the case page names it: the status's own label, except for a held case
-    the workers are still settling (its label says a person must)."""
+    """The status as the case page names it: the status's own label, except that a held case
+    says who settles it now (the workers, on their schedule, or a person)."""
     if workers_settle(case):
         return "Held: the workers are reconciling it"
+    if case.status == Status.HELD:
+        return "Held: a person must settle it"
     return case.get_status_display()
 
 

@@ -220,6 +220,22 @@ def _check_page(page, name: str, case: Case, user) -> list[str]:
         check(who.startswith("Ari Approver (approver)"), "review: approvers not named")
     elif case.status in {Status.WAITING_SOURCE, Status.PREPARING_PROPOSAL}:
         check(f"{responsible} is responsible for following up" in who, "who follows up")
+    # A held case is decided from the order system's evidence, shown beside it in words.
+    if case.status == Status.HELD:
+        read = page.locator("#hf-order-read")
+        key = case.operations.get().key
+        check(read.count() == 1, "held: no consistent read of the operation")
+        if read.count():
+            check(read.get_attribute("data-read") == "found", "held: the read is not 'found'")
+            check(f"has {key} applied" in read.inner_text(), "held: the read names no key")
+            check("order at version 2" in read.inner_text(), "held: no order version")
+        cites = page.locator("#hf-settle-cites li")
+        if any(a.name == "settle" for a in case_actions(case, user)):
+            check(cites.count() >= 1, "held: the settlement form cites nothing")
+            if cites.count() and read.count():
+                check(cites.first.inner_text() == read.inner_text(), "held: cites another read")
+        else:
+            check(cites.count() == 0, "held: a settlement form for someone who may not settle")
     # When: the page names the case's own clock.
     follow_up = shown.get("Follow-up", "")
     if not case.is_terminal:
