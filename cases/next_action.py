@@ -14,7 +14,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from cases.actions import case_actions, who_may
-from cases.extensions import case_deciders
+from cases.extensions import case_deciders, workers_may_settle
 from cases.models import Case, FollowUpState, Status, WaitingOn, overdue_cutoff
 
 _HEADLINES = {
@@ -132,9 +132,11 @@ def _who_must_answer(case: Case) -> str:
 
 def workers_settle(case: Case) -> bool:
     """A held case the workers are still settling by themselves: they look again at its
-    ``next_check_at``. Without one (the checks ran out, or the order system is not
-    autonomous for its kind) only a person settles it."""
-    return case.status == Status.HELD and case.next_check_at is not None
+    ``next_check_at``, and the order system is autonomous for its kind. Otherwise (the checks
+    ran out, or a worker may not settle this kind) only a person settles it."""
+    return (
+        case.status == Status.HELD and case.next_check_at is not None and workers_may_settle(case)
+    )
 
 
 def status_label(case: Case) -> str:
@@ -177,14 +179,9 @@ def _person_clock(case: Case, now: dt.datetime) -> tuple[str, bool]:
         text = f"The approvers should decide by {when}."
     else:
         text = f"Follow up by {when}."
-    if case.status in _WORKERS_ALSO_LOOK and case.next_check_at is not None:
+    if workers_settle(case):
         text += " " + _held_look(case)
     return text, state == FollowUpState.OVERDUE
-
-
-# Statuses whose person's wait runs beside the workers' own next look (a held case is
-# reconciled by the workers on their schedule while its person's clock runs).
-_WORKERS_ALSO_LOOK = frozenset({Status.HELD})
 
 
 def _follow_up(case: Case, now: dt.datetime) -> tuple[str, bool]:
@@ -199,7 +196,7 @@ def _follow_up(case: Case, now: dt.datetime) -> tuple[str, bool]:
         return f"Due now (since {when}); a worker picks it up within minutes.", False
     if case.status == Status.AWAITING_REVIEW:
         return f"The approvers should decide by {when}.", False
-    if case.status == Status.HELD:
+    if workers_settle(case):
         return _held_look(case), False
     return f"Next check at {when}.", False
 

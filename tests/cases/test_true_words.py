@@ -146,3 +146,19 @@ def test_a_confirm_page_is_not_shown_to_a_role_that_may_not_take_the_action(case
 
     assert "is not offered to you" in page.content.decode()
     assert "Yes, stop" not in page.content.decode()
+
+
+def test_a_held_case_the_workers_may_not_settle_names_a_person_not_their_next_look(
+    approved_case, live_orders, settings
+):
+    case = _held(approved_case, live_orders)
+    assert case.next_check_at is not None
+    # An order system nobody probed: review only, so no worker settles a held case of it.
+    settings.ORDER_SYSTEM_URL = "http://never-probed.test"
+
+    said = describe_next_action(case)
+
+    assert status_label(case) == "Held: a person must settle it"
+    assert "must settle it from the order system's evidence" in said.who_must_answer
+    assert "workers look again" not in said.text
+    assert "settling it themselves" not in said.text
