@@ -72,3 +72,18 @@ def test_the_agent_is_not_offered_the_leads_account_actions(client, agent, lead,
     offered = _actions(client, lead)
     assert "verify" in offered
     assert "revoke_access" in offered
+
+
+def test_a_page_fetched_to_update_in_place_leaves_the_messages_for_the_next_page(
+    client, agent, case
+):
+    client.force_login(agent)
+    page = reverse("admin:cases_case_change", args=[case.pk])
+    # A refusal is stored for the next page the person opens.
+    client.get(reverse("admin:cases_case_transition", args=[case.pk, "stop"]))
+
+    live = client.get(page, HTTP_X_HOLDFAST_LIVE="1").content.decode()
+    shown = client.get(page).content.decode()
+
+    assert "is not offered to you" not in live
+    assert "is not offered to you" in shown

@@ -118,7 +118,8 @@
   }
 
   function swap(body) {
-    return fetch(swapUrl, { credentials: "same-origin", cache: "no-store", headers: { Accept: "text/html" } })
+    var headers = { Accept: "text/html", "X-Holdfast-Live": "1" };
+    return fetch(swapUrl, { credentials: "same-origin", cache: "no-store", headers: headers })
       .then(function (response) {
         if (!response.ok) { throw new Error("HTTP " + response.status); }
         return response.text();
