@@ -159,12 +159,13 @@ def _source_unavailable(case_id: int, actor: Actor, exc: OrderSystemError) -> st
             retry_after=getattr(exc, "retry_after", None),
             detail=lambda failures: {"error": exc.error, "failed_checks": failures},
             retry=Words(
-                reason=f"Order system unavailable ({code}); next check {{next_time}}",
-                waiting=f"The order system {plain_failure(exc)} "
+                reason=f"The order system {literal(plain_failure(exc))} ({code}); "
+                "next check {next_time}",
+                waiting=f"The order system {literal(plain_failure(exc))} "
                 "({failures} of {limit} checks); checking again later",
             ),
             give_up=Words(
-                reason="The order source stayed unavailable: {error}",
+                reason="The order source could not be read: {error}",
                 waiting="The order source failed {failures} checks in a row: "
                 "check the source now once it is back",
             ),

@@ -162,3 +162,18 @@ def test_a_held_case_the_workers_may_not_settle_names_a_person_not_their_next_lo
     assert "must settle it from the order system's evidence" in said.who_must_answer
     assert "workers look again" not in said.text
     assert "settling it themselves" not in said.text
+
+
+def test_a_source_check_answered_unavailable_is_not_called_no_answer(case, live_orders):
+    from reconciliation.sources import source_check
+
+    live_orders.set_fault("unavailable", path_prefix=f"/orders/{case.order_id}")
+
+    source_check(case_id=case.pk)
+
+    case = reload(case)
+    assert case.status == Status.WAITING_SOURCE
+    assert case.waiting_reason.startswith("The order system said it was unavailable (1 of ")
+    event = case.events.order_by("-id").first()
+    assert event.reason.startswith("The order system said it was unavailable (unavailable)")
+    assert "did not answer" not in case.waiting_reason + event.reason
