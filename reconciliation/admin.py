@@ -14,6 +14,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
 
 from reconciliation.models import CAPABILITIES, OrderSystemProfile
 from reconciliation.probe import ProbeRefused, order_system_probe
@@ -394,6 +395,14 @@ def case_page_context(request: HttpRequest, case: Case) -> Mapping[str, Any]:
     return context
 
 
+def order_events_url(user: Any, order_id: str) -> str | None:
+    """The inbound events list narrowed to ``order_id``, for a person who may see it."""
+    if not may_see_inbound_events(user):
+        return None
+    url = reverse("admin:reconciliation_inboundevent_changelist")
+    return f"{url}?{urlencode({'q': order_id})}" if order_id else url
+
+
 def revoke_case(*, case: Case, actor: Any, kind: str, reason: str) -> str:
     """The case admin's "Delete": revoke the case's authority, say what happened."""
     result = revocation.case_revoke(case=case, actor=actor, kind=kind, reason=reason)
@@ -451,4 +460,5 @@ case_admin_extend(
     context=case_page_context,
     revoker=CaseRevoker(offered=revocation.revocation_offered, run=revoke_case),
     account_actions=[revoke_access],
+    order_events_url=order_events_url,
 )

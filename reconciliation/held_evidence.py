@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import urlencode
 
 from approvals.models import Operation
 from cases import kinds
@@ -161,7 +162,8 @@ def order_events(user, case: Case) -> tuple[list[OrderEvent], str]:
         )
         for event in events[:EVENTS_SHOWN]
     ]
-    everything = reverse("admin:reconciliation_inboundevent_changelist") + (f"?q={case.order_id}")
+    query = urlencode({"q": case.order_id})
+    everything = f"{reverse('admin:reconciliation_inboundevent_changelist')}?{query}"
     return shown, everything
 
 

@@ -20,6 +20,7 @@ from django.utils.html import format_html
 
 from cases import selectors
 from cases.actions import action_run, get_action
+from cases.admin.extend import EXTENSIONS
 from cases.admin.search import IndexedSearchMixin
 from cases.admin.views import person
 from cases.codes import Action
@@ -208,6 +209,21 @@ class HeldCaseAdmin(_QueueAdmin):
                 latest_finding_at=Subquery(findings.values("created_at")[:1]),
             )
         )
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        """The queue's columns, and the link to the order events about each row's order for
+        a person who may see them (none for anyone else: no link that is then refused)."""
+        columns = list(super().get_list_display(request))
+        url_for = EXTENSIONS.order_events_url
+        if url_for is None or url_for(request.user, "") is None:
+            return columns
+
+        @admin.display(description="order events")
+        def order_events(case: Case) -> str:
+            url = url_for(request.user, case.order_id)
+            return format_html('<a href="{}">Order events about {}</a>', url, case.order_id)
+
+        return [*columns, order_events]
 
     @admin.display(description="the order system's read")
     def order_system_read(self, case: Case) -> str:

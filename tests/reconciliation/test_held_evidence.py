@@ -154,3 +154,20 @@ def test_the_held_queue_shows_the_last_finding_in_words(approved_case, live_orde
 
     assert "the order system said it was unavailable" in html
     assert "(unavailable): not proof" not in html
+
+
+def test_the_held_queue_links_each_orders_events_for_a_lead_only(
+    approved_case, live_orders, lead, agent, client
+):
+    case = _held(approved_case, live_orders)
+    url = reverse("admin:cases_heldcase_changelist")
+
+    client.force_login(lead)
+    as_lead = client.get(url).content.decode()
+    client.force_login(agent)
+    as_agent = client.get(url).content.decode()
+
+    events = reverse("admin:reconciliation_inboundevent_changelist")
+    assert f'href="{events}?q={case.order_id}"' in as_lead
+    assert f"Order events about {case.order_id}" in as_lead
+    assert events not in as_agent  # an agent may not see them: no link to a refusal
