@@ -230,9 +230,16 @@ class HeldCaseAdmin(_QueueAdmin):
         """What the last look at the order system found (annotated), in words; the case page
         reads it again now and lists the order's events beside it."""
         finding = getattr(case, "latest_finding", None)
-        if not finding:
-            return "Not looked at yet since the hold: open the case to read it now"
-        return f"{_at(getattr(case, 'latest_finding_at', None))}: {finding}"
+        if finding:
+            return f"{_at(getattr(case, 'latest_finding_at', None))}: {finding}"
+        if case.last_error:
+            return f"Not looked at since the hold; at the hold: {case.last_error}"
+        return "Not looked at yet since the hold: open the case to read it now"
+
+    @admin.display(description="why")
+    def why(self, case: Case) -> str:
+        """Why it is held, short (what the order system said is the next column)."""
+        return case.waiting_reason or case.last_error
 
     @admin.display(description="evidence so far")
     def evidence_so_far(self, case: Case) -> str:
