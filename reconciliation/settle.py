@@ -245,9 +245,9 @@ def _stay_held(case: Case, actor: Actor, reason: str, detail: dict) -> str:
         detail=detail,
         retry=Words(reason="{error}; next check {next_check}", waiting="Still unknown: {error}"),
         give_up=Words(
-            reason="Still unknown after {failures} checks: {error}. Nothing is settled on a "
+            reason="Still unknown after {checks}: {error}. Nothing is settled on a "
             "guess; a person settles it from evidence",
-            waiting="Still unknown after {failures} checks: settle it from evidence",
+            waiting="Still unknown after {checks}: settle it from evidence",
         ),
         retry_event=Action.STILL_UNKNOWN,
         retry_waiting_on=WaitingOn.OWNER,
