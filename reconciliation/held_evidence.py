@@ -66,6 +66,22 @@ class HeldEvidence:
         return [self.read.words, *(event.words for event in self.events)]
 
 
+# A page waits this long at most for the order system (seconds per phase): a read the page
+# cannot get in time says so ("did not answer") instead of holding the page.
+PAGE_TIMEOUT = 2.0
+
+
+def _page_client() -> OrderSystemClient:
+    from django.conf import settings
+
+    timeouts = {
+        name: min(value, PAGE_TIMEOUT) for name, value in settings.ORDER_SYSTEM_TIMEOUTS.items()
+    }
+    return OrderSystemClient(
+        settings.ORDER_SYSTEM_URL, timeouts=timeouts, token=settings.ORDER_SYSTEM_TOKEN
+    )
+
+
 def _when(moment: dt.datetime) -> str:
     return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z")
 
@@ -96,7 +112,7 @@ def read_operation(
         return OrderRead("none", "No operation of this case was ever sent: nothing to look up.")
     key = operation.key
     own = client is None
-    client = client or OrderSystemClient.from_settings()
+    client = client or _page_client()
     at = _when(timezone.now())
     try:
         record = client.get_operation(key)

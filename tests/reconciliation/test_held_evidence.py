@@ -171,3 +171,20 @@ def test_the_held_queue_links_each_orders_events_for_a_lead_only(
     assert f'href="{events}?q={case.order_id}"' in as_lead
     assert f"Order events about {case.order_id}" in as_lead
     assert events not in as_agent  # an agent may not see them: no link to a refusal
+
+
+def test_a_slow_order_system_does_not_hold_the_page(approved_case, live_orders, lead):
+    import time
+
+    from reconciliation.held_evidence import PAGE_TIMEOUT
+
+    case = _held(approved_case, live_orders)
+    live_orders.set_fault("latency", path_prefix="/operations/", seconds=PAGE_TIMEOUT + 2)
+
+    started = time.monotonic()
+    evidence = held_evidence(lead, case)
+    took = time.monotonic() - started
+
+    assert evidence.read.kind == "unreachable"
+    assert "did not answer" in evidence.read.words
+    assert took < PAGE_TIMEOUT + 1.5, took
