@@ -164,21 +164,70 @@ def _transition(name: str) -> Callable[..., str]:
     return execute
 
 
-def _cancel_words(case: Case) -> str:
+def cancel_situation(case: Case) -> str:
+    """What a cancellation of ``case`` would meet, from its facts (status, attempts, operations):
+
+    ``in_flight``: applying or held, the change may be at the order system; ``applied``: the
+    change is confirmed at the order system (ready after apply: only the steps after it remain);
+    ``tried``: attempts were made and nothing is applied; ``unsent``: no attempt was ever made;
+    ``finished``: done, cancelled or stopped (nothing to cancel).
+    """
+    if case.status in TERMINAL_STATUSES:
+        return "finished"
     if case.status in {Status.APPLYING, Status.HELD}:
+        return "in_flight"
+    if not case.nothing_applied():
+        return "applied"
+    if case.attempts.exists():
+        return "tried"
+    return "unsent"
+
+
+def _cancel_label(case: Case) -> str:
+    situation = cancel_situation(case)
+    if situation == "in_flight":
+        return "Request cancellation"
+    if situation == "applied":
+        return "Record the customer's cancellation"
+    return "Cancel the request"
+
+
+def _cancel_words(case: Case) -> str:
+    situation = cancel_situation(case)
+    if situation == "in_flight":
         return (
             "request cancellation (saved and honoured only once the evidence shows nothing "
             "was applied)"
         )
+    if situation == "applied":
+        return (
+            "record the customer's cancellation (the change is already applied and is not "
+            "undone; reversing it is a new proposal)"
+        )
+    if situation == "tried":
+        return "cancel (the order system's evidence shows nothing was applied)"
     return "cancel (nothing has been sent yet)"
 
 
 def _cancel_confirm(case: Case) -> str:
-    if case.status in {Status.APPLYING, Status.HELD}:
+    situation = cancel_situation(case)
+    if situation == "in_flight":
         return (
             f"The change may already be at the order system. The cancellation is saved and "
             f"{case.reference} stays held until the order system's evidence shows whether it "
             "was applied; a running worker is asked to stop. Nothing is undone by this."
+        )
+    if situation == "applied":
+        return (
+            f"The change of {case.reference} is already applied at the order system: "
+            "cancelling does not undo it. The customer's cancellation is recorded, the "
+            "customer is told the change is applied, and reversing it is a new proposal "
+            "that needs its own approval."
+        )
+    if situation == "tried":
+        return (
+            f"Earlier attempts reached the order system and its evidence shows nothing was "
+            f"applied: {case.reference} is cancelled at once and no worker will apply it."
         )
     return (
         f"Nothing has been sent to the order system yet: {case.reference} is cancelled at once "
@@ -262,18 +311,18 @@ register(
 register(
     CaseAction(
         name="cancel",
-        label=lambda case: (
-            "Request cancellation"
-            if case.status in {Status.APPLYING, Status.HELD}
-            else "Cancel the request"
-        ),
+        label=_cancel_label,
         words=_cancel_words,
         permission="cases.work_case",
         available=lambda case: case.status not in TERMINAL_STATUSES,
         execute=_cancel,
         transition=True,
         confirm=_cancel_confirm,
-        confirm_label=lambda case: f"Yes, cancel {case.reference}",
+        confirm_label=lambda case: (
+            f"Yes, record the cancellation of {case.reference}"
+            if cancel_situation(case) == "applied"
+            else f"Yes, cancel {case.reference}"
+        ),
         danger=True,
         order=40,
     )
@@ -288,8 +337,13 @@ register(
         execute=_transition("stop"),
         transition=True,
         confirm=lambda case: (
-            f"{case.reference} is stopped for good: nothing has been sent, "
-            "and no worker will act on it again."
+            f"{case.reference} is stopped for good: "
+            + (
+                "nothing has been sent"
+                if cancel_situation(case) == "unsent"
+                else "the order system's evidence shows nothing was applied"
+            )
+            + ", and no worker will act on it again."
         ),
         confirm_label=lambda case: f"Yes, stop {case.reference}",
         danger=True,

@@ -229,3 +229,25 @@ def register_on_payload_purged(hook: OnPayloadPurged) -> OnPayloadPurged:
 def on_payload_purged(case: Case) -> int:
     """Run the registered hooks for the locked ``case``; the rows they changed."""
     return sum(hook(case) for hook in ON_PAYLOAD_PURGED)
+
+
+# --- whether the workers may settle a held case by themselves (``cases.next_action``) ---------
+
+# Given a held case, whether the workers may settle it from evidence without a person
+# (reconciliation: the order system's autonomy for the case's kind of change).
+SelfSettling = Callable[[Case], bool]
+
+_self_settling: list[SelfSettling] = []
+
+
+def register_self_settling(provider: SelfSettling) -> SelfSettling:
+    """Set the one provider of "the workers may settle this held case" (a second call
+    replaces it)."""
+    _self_settling[:] = [provider]
+    return provider
+
+
+def workers_may_settle(case: Case) -> bool:
+    """Whether the workers may settle held ``case`` by themselves (True with no provider:
+    the kernel alone knows no reason they may not)."""
+    return _self_settling[0](case) if _self_settling else True

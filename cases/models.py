@@ -149,7 +149,7 @@ class Status(models.TextChoices):
     PROPOSAL_REJECTED = "proposal_rejected", "Rejected: a person prepares another proposal"
     READY = "ready", "Ready to apply"
     APPLYING = "applying", "Applying"
-    HELD = "held", "Held: a person must reconcile"
+    HELD = "held", "Held: the outcome is unknown"
     NEEDS_ATTENTION = "needs_attention", "Needs attention"
     DONE = "done", "Done"
     CANCELLED = "cancelled", "Cancelled"

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from cases.actions import case_actions, who_may
-from cases.extensions import case_deciders
+from cases.extensions import case_deciders, workers_may_settle
 from cases.models import Case, FollowUpState, Status, WaitingOn, overdue_cutoff
 
 _HEADLINES = {
@@ -52,6 +52,8 @@ class NextAction:
     finished: bool = False
     overdue: bool = False
     at_risk: bool = False
+    # The status as the page names it (``status_label``).
+    status: str = ""
 
     @property
     def permitted_text(self) -> str:
@@ -111,7 +113,13 @@ def _who_must_answer(case: Case) -> str:
         )
     if case.status == Status.HELD:
         who = f"{person(responsible)}{absence or ', the responsible person'}"
-        return f"{who}, must reconcile it from the order system's evidence"
+        if workers_settle(case):
+            limit = settings.RECONCILE_ATTEMPT_LIMIT
+            return (
+                f"nobody yet: the workers settle it themselves; {who}, settles it from the "
+                f"evidence only if it is still unknown after {limit} checks"
+            )
+        return f"{who}, must settle it from the order system's evidence"
     if case.waiting_on == WaitingOn.OWNER:
         return f"{person(responsible)}{absence or ', the responsible person'}"
     if case.waiting_on == WaitingOn.APPROVERS or case.status == Status.AWAITING_REVIEW:
@@ -120,6 +128,36 @@ def _who_must_answer(case: Case) -> str:
         return ""
     label = WaitingOn(case.waiting_on).label.lower() if case.waiting_on else ""
     return f"{label}; {person(responsible)} is responsible for following up"
+
+
+def workers_settle(case: Case) -> bool:
+    """A held case the workers are still settling by themselves: they look again at its
+    ``next_check_at``, and the order system is autonomous for its kind. Otherwise (the checks
+    ran out, or a worker may not settle this kind) only a person settles it."""
+    return (
+        case.status == Status.HELD and case.next_check_at is not None and workers_may_settle(case)
+    )
+
+
+def status_label(case: Case) -> str:
+    """The status as the case page names it: the status's own label, except that a held case
+    says who settles it now (the workers, on their schedule, or a person)."""
+    if workers_settle(case):
+        return "Held: the workers are reconciling it"
+    if case.status == Status.HELD:
+        return "Held: a person must settle it"
+    return case.get_status_display()
+
+
+def _held_look(case: Case) -> str:
+    """For a held case the workers settle: their next look and which check it is."""
+    assert case.next_check_at is not None  # noqa: S101 - the caller checked
+    failures = int((case.retry_counts or {}).get("reconcile", 0))
+    limit = settings.RECONCILE_ATTEMPT_LIMIT
+    return (
+        f"The workers look again at {_when(case.next_check_at)} (check {failures + 1} of "
+        f"{limit}: fence the order, then read the operation by its key)."
+    )
 
 
 def _when(moment: dt.datetime) -> str:
@@ -141,14 +179,9 @@ def _person_clock(case: Case, now: dt.datetime) -> tuple[str, bool]:
         text = f"The approvers should decide by {when}."
     else:
         text = f"Follow up by {when}."
-    if case.status in _WORKERS_ALSO_LOOK and case.next_check_at is not None:
-        text += f" The workers look again at {_when(case.next_check_at)}."
+    if workers_settle(case):
+        text += " " + _held_look(case)
     return text, state == FollowUpState.OVERDUE
-
-
-# Statuses whose person's wait runs beside the workers' own next look (a held case is
-# reconciled by the workers on their schedule while its person's clock runs).
-_WORKERS_ALSO_LOOK = frozenset({Status.HELD})
 
 
 def _follow_up(case: Case, now: dt.datetime) -> tuple[str, bool]:
@@ -163,6 +196,8 @@ def _follow_up(case: Case, now: dt.datetime) -> tuple[str, bool]:
         return f"Due now (since {when}); a worker picks it up within minutes.", False
     if case.status == Status.AWAITING_REVIEW:
         return f"The approvers should decide by {when}.", False
+    if workers_settle(case):
+        return _held_look(case), False
     return f"Next check at {when}.", False
 
 
@@ -255,6 +290,7 @@ def _finished(case: Case, permitted: list[str]) -> NextAction:
         follow_up=follow_up,
         permitted=permitted,
         finished=True,
+        status=status_label(case),
     )
 
 
@@ -276,6 +312,16 @@ def describe_next_action(case: Case, *, actor=None, now: dt.datetime | None = No
     headline = _HEADLINES[Status(case.status)]
     if case.status == Status.PREPARING_PROPOSAL and case.waiting_on == WaitingOn.OWNER:
         headline = "A proposal is being prepared by a person: it waits for them to submit it."
+    if case.status == Status.HELD:
+        headline = (
+            "Held: the outcome is not known yet. The workers are settling it themselves from "
+            "the order system's evidence (fence, then the consistent lookup); nothing is "
+            "written before that."
+            if workers_settle(case)
+            else "Held: the outcome is not known and the workers no longer look by themselves: "
+            "a person settles it from the order system's evidence before anything else is "
+            "written."
+        )
     if case.status == Status.READY and not case.nothing_applied():
         headline = (
             "Applied: the change is confirmed at the order system; a worker finishes the "
@@ -289,4 +335,5 @@ def describe_next_action(case: Case, *, actor=None, now: dt.datetime | None = No
         permitted=permitted,
         overdue=overdue,
         at_risk=case.follow_up_state(now) == FollowUpState.AT_RISK,
+        status=status_label(case),
     )

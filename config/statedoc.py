@@ -30,7 +30,9 @@ MEANING = {
     "again at the claim.",
     "applying": "One worker's attempt holds a lease and a fencing token and sends the change.",
     "held": "The effect is unknown (or a worker went missing, or a restore is recovered): "
-    "reconcile from evidence before anything else.",
+    "reconciled from evidence before anything else. The workers settle it first, on their "
+    "schedule; once their checks run out (or the order system is not autonomous) a person "
+    "does. The case page says which.",
     "needs_attention": "A person must act: attempts exhausted, invalid input or revoked "
     "permission. The last error and the next permitted check are on the case.",
     "done": "The change is proven applied and the steps after it are confirmed.",

@@ -14,6 +14,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
 
 from reconciliation.models import CAPABILITIES, OrderSystemProfile
 from reconciliation.probe import ProbeRefused, order_system_probe
@@ -306,13 +307,19 @@ from typing import Any  # noqa: E402
 from django.db.models import QuerySet  # noqa: E402
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect  # noqa: E402
 
+from cases.actions import case_actions  # noqa: E402
 from cases.admin import CaseForm, CaseRevoker, case_admin_extend, change_url, person  # noqa: E402
 from cases.exceptions import CaseError  # noqa: E402
-from cases.models import Case, CustomerAccount  # noqa: E402
+from cases.models import (  # noqa: E402
+    Case,
+    CustomerAccount,
+    Status,  # noqa: E402
+)
 from cases.validation import MAX_ORDER_VERSION  # noqa: E402
 from reconciliation import revocation  # noqa: E402
 from reconciliation.client import Order, OrderSystemClient  # noqa: E402
 from reconciliation.exceptions import OrderSystemError, UnknownOrder  # noqa: E402
+from reconciliation.held_evidence import HeldEvidence, held_evidence  # noqa: E402
 from reconciliation.selectors import current_autonomy  # noqa: E402
 from reconciliation.settle import case_settle_manually  # noqa: E402
 
@@ -362,8 +369,38 @@ def settle_view(
 
 
 def case_page_context(request: HttpRequest, case: Case) -> Mapping[str, Any]:
-    """The order system's autonomy for the case's kind of change, shown on every case page."""
-    return {"autonomy_status": current_autonomy(kind=case.kind)}
+    """The order system's autonomy for the case's kind of change, shown on every case page;
+    on a held case, the evidence to decide it from (``reconciliation.held_evidence``) and a
+    settlement form that cites it."""
+    context: dict[str, Any] = {"autonomy_status": current_autonomy(kind=case.kind)}
+    if case.status != Status.HELD:
+        return context
+    evidence = held_evidence(request.user, case)
+    if not may_see_inbound_events(request.user):
+        evidence = HeldEvidence(read=evidence.read)
+    context["held_evidence"] = evidence
+    if any(a.name == "settle" for a in case_actions(case, request.user)):
+        context["settle_form"] = SettleForm(
+            initial={
+                "expected_version": case.version,
+                "external_reference": (
+                    f"operation:{evidence.read.operation_key} (consistent lookup)"
+                    if evidence.read.operation_key
+                    else ""
+                ),
+                "order_version": evidence.read.order_version,
+            },
+            prefix="settle",
+        )
+    return context
+
+
+def order_events_url(user: Any, order_id: str) -> str | None:
+    """The inbound events list narrowed to ``order_id``, for a person who may see it."""
+    if not may_see_inbound_events(user):
+        return None
+    url = reverse("admin:reconciliation_inboundevent_changelist")
+    return f"{url}?{urlencode({'q': order_id})}" if order_id else url
 
 
 def revoke_case(*, case: Case, actor: Any, kind: str, reason: str) -> str:
@@ -372,7 +409,7 @@ def revoke_case(*, case: Case, actor: Any, kind: str, reason: str) -> str:
     return revocation.describe_revocation(result)
 
 
-@admin.action(description="Revoke access (stops and settles every open case)")
+@admin.action(description="Revoke access (stops and settles every open case)", permissions=["lead"])
 def revoke_access(
     model_admin: admin.ModelAdmin[CustomerAccount],
     request: HttpRequest,
@@ -423,4 +460,5 @@ case_admin_extend(
     context=case_page_context,
     revoker=CaseRevoker(offered=revocation.revocation_offered, run=revoke_case),
     account_actions=[revoke_access],
+    order_events_url=order_events_url,
 )

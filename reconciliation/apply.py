@@ -92,6 +92,7 @@ from reconciliation.exceptions import (
     OrderSystemError,
     Transient,
     UnknownOperation,
+    plain_failure,
 )
 from reconciliation.failures import Words, literal, transient_failure_record
 from reconciliation.restore_detection import (
@@ -663,7 +664,9 @@ def ending_for(exc: OrderSystemError) -> Ending:
     text = f"{exc.error}: {exc.detail}".strip(": ")
     match exc:
         case EffectUnknown():
-            return EndedEffectUnknown(text)
+            return EndedEffectUnknown(
+                f"the change was sent and the order system {plain_failure(exc)} ({text})"
+            )
         case Transient(retry_after=retry_after):
             return EndedTransient(text, retry_after=retry_after)
         case Conflict(error="version_conflict"):

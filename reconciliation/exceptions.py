@@ -152,3 +152,22 @@ class ProtocolViolation(OrderSystemError):
     """
 
     default_error = "protocol_violation"
+
+
+# What a failed call means, in words for the pages (keyed by the client's error code).
+PLAIN_FAILURE = {
+    "connect_failed": "could not be reached",
+    "no_answer": "did not answer",
+    "unavailable": "said it was unavailable",
+    "bad_gateway": "did not answer (a gateway in front of it failed)",
+    "protocol_violation": "answered in a way that does not follow the contract",
+    "undecodable_answer": "answered in a way that does not follow the contract",
+    "unexpected_status": "answered in a way that does not follow the contract",
+    "permission_revoked": "refused access to the order",
+}
+
+
+def plain_failure(exc: OrderSystemError) -> str:
+    """What the order system did, in words: 'did not answer' (a timeout, a dropped
+    connection) is told apart from 'said it was unavailable' (it answered, and refused)."""
+    return PLAIN_FAILURE.get(exc.error, f"refused the request ({exc.error})")

@@ -23,5 +23,12 @@ def autonomy_panel(request: HttpRequest) -> SafeString:
     )
 
 
+def workers_may_settle(case) -> bool:
+    """A worker settles a held case only where the order system is autonomous for its kind
+    (``reconciliation.settle.case_reconcile``); otherwise a person records the settlement."""
+    return current_autonomy(kind=case.kind).is_autonomous
+
+
 def register() -> None:
     extensions.register_panel(extensions.DashboardPanel("Order system autonomy", autonomy_panel))
+    extensions.register_self_settling(workers_may_settle)

@@ -69,7 +69,7 @@ def literal(text: str) -> str:
 
 _GIVE_UP = Words(
     reason="Gave up after {failures} consecutive failures: {error}",
-    waiting="Tried {failures} times without an answer: a person decides",
+    waiting="Tried {failures} times without success: a person decides",
 )
 
 
@@ -103,6 +103,7 @@ def transient_failure_record(
     words = {
         "error": text,
         "failures": failures,
+        "checks": "1 check" if failures == 1 else f"{failures} checks",
         "limit": policy.limit,
         "next_try": failures + 1,
         "next_time": f"{timezone.localtime(next_at):%H:%M:%S}",

@@ -41,7 +41,7 @@ from cases.rows import save_fields
 from cases.services import evidence_add
 from reconciliation.client import OperationRecord, OrderSystemClient
 from reconciliation.complete import case_complete
-from reconciliation.exceptions import OrderSystemError, UnknownOperation
+from reconciliation.exceptions import OrderSystemError, UnknownOperation, plain_failure
 from reconciliation.failures import Words, transient_failure_record
 from reconciliation.restore_detection import restore_detected
 
@@ -105,7 +105,10 @@ def investigate(case: Case, operation: Operation, client: OrderSystemClient) -> 
     try:
         client.fence(operation.order_id, token)
     except OrderSystemError as exc:
-        return Unknown(f"the fence could not be raised ({exc.error}): not proof")
+        return Unknown(
+            f"the fence could not be raised: the order system {plain_failure(exc)}, so an "
+            "older worker might still apply the change and nothing is proven yet"
+        )
     try:
         record = client.get_operation(operation.key)
     except UnknownOperation:
@@ -115,7 +118,11 @@ def investigate(case: Case, operation: Operation, client: OrderSystemClient) -> 
             fence_token=token,
         )
     except OrderSystemError as exc:
-        return Unknown(f"the consistent lookup failed ({exc.error}): not proof", fence_token=token)
+        return Unknown(
+            f"the consistent lookup failed: asked for the operation after the fence, the "
+            f"order system {plain_failure(exc)}, so nothing is proven yet",
+            fence_token=token,
+        )
     if not found_as_intended(operation, record):
         return Unknown(
             f"{operation.key} exists with another change "
@@ -238,9 +245,9 @@ def _stay_held(case: Case, actor: Actor, reason: str, detail: dict) -> str:
         detail=detail,
         retry=Words(reason="{error}; next check {next_check}", waiting="Still unknown: {error}"),
         give_up=Words(
-            reason="Still unknown after {failures} checks: {error}. Nothing is settled on a "
+            reason="Still unknown after {checks}: {error}. Nothing is settled on a "
             "guess; a person settles it from evidence",
-            waiting="Still unknown after {failures} checks: settle it from evidence",
+            waiting="Still unknown after {checks}: settle it from evidence",
         ),
         retry_event=Action.STILL_UNKNOWN,
         retry_waiting_on=WaitingOn.OWNER,

@@ -22,7 +22,12 @@ from cases.retries import retries_reset
 from cases.scheduling import enqueue_on_commit
 from cases.services import evidence_add
 from reconciliation.client import Order, OrderSystemClient
-from reconciliation.exceptions import OrderSystemError, UnknownOrder
+from reconciliation.exceptions import (
+    PLAIN_FAILURE,
+    OrderSystemError,
+    UnknownOrder,
+    plain_failure,
+)
 from reconciliation.failures import Words, literal, transient_failure_record
 from reconciliation.restore_detection import restore_detected
 
@@ -130,22 +135,9 @@ def _escalate(case_or_id, actor, reason: str) -> str:
     return "needs_attention"
 
 
-# What a failed read means, in words for the case page (keyed by the client's error code).
-_PLAIN_FAILURE = {
-    "connect_failed": "could not be reached",
-    "no_answer": "did not answer",
-    "unavailable": "said it was unavailable",
-    "bad_gateway": "did not answer (a gateway in front of it failed)",
-    "protocol_violation": "answered in a way that does not follow the contract",
-    "undecodable_answer": "answered in a way that does not follow the contract",
-    "unexpected_status": "answered in a way that does not follow the contract",
-    "permission_revoked": "refused access to the order",
-}
-
-
 def source_failure_text(exc: OrderSystemError, failed_checks: int, at: dt.datetime) -> str:
     """The last error in plain words: what happened, how many checks in a row, and when."""
-    what = _PLAIN_FAILURE.get(exc.error, "refused the read")
+    what = PLAIN_FAILURE.get(exc.error, "refused the read")
     checks = "1 check" if failed_checks == 1 else f"{failed_checks} checks in a row"
     when = at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     code = f"{exc.error}: {exc.detail}" if exc.detail else exc.error
@@ -167,12 +159,13 @@ def _source_unavailable(case_id: int, actor: Actor, exc: OrderSystemError) -> st
             retry_after=getattr(exc, "retry_after", None),
             detail=lambda failures: {"error": exc.error, "failed_checks": failures},
             retry=Words(
-                reason=f"Order system unavailable ({code}); next check {{next_time}}",
-                waiting="The order system did not answer ({failures} of {limit} checks); "
-                "checking again later",
+                reason=f"The order system {literal(plain_failure(exc))} ({code}); "
+                "next check {next_time}",
+                waiting=f"The order system {literal(plain_failure(exc))} "
+                "({failures} of {limit} checks); checking again later",
             ),
             give_up=Words(
-                reason="The order source stayed unavailable: {error}",
+                reason="The order source could not be read: {error}",
                 waiting="The order source failed {failures} checks in a row: "
                 "check the source now once it is back",
             ),

@@ -92,14 +92,22 @@ class CustomerAccountAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.Mod
     ) -> HttpResponse:
         if obj is not None and intake.may_open(request):
             context["intake_url"] = intake.intake_url(account=obj)
+        if obj is not None:
+            context["title"] = f"{obj.reference}: {obj.name}"
+            context["subtitle"] = None
         return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def has_lead_permission(self, request: HttpRequest) -> bool:
+        """The accounts' bulk actions (verify, revoke access) are the leads': nobody else is
+        offered them (the services check the lead permission in the account's team again)."""
+        return bool(request.user.is_superuser or request.user.has_perm("cases.lead_case"))
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [
             f for f in self.readonly_fields if obj is not None or f not in {"reference", "team"}
         ]
 
-    @admin.action(description="Mark verified (their new cases start)")
+    @admin.action(description="Mark verified (their new cases start)", permissions=["lead"])
     def verify(self, request: HttpRequest, queryset: QuerySet[CustomerAccount]) -> None:
         for account in queryset:
             try:

@@ -333,6 +333,9 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
     ) -> HttpResponse:
         if obj is not None:
             context.update(views.case_page_context(request, obj))
+            # The page and the window are named after the case, not "Change case".
+            context["title"] = f"{obj.reference}: {obj.change_description}"
+            context["subtitle"] = None
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     # --- buttons and forms -------------------------------------------------------------------

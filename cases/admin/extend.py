@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     CaseContext = Callable[[HttpRequest, Case], Mapping[str, Any]]
     AccountAction = Callable[..., Any]
     OrderReader = Callable[[str], tuple[OrderView | None, str]]
+    OrderEventsUrl = Callable[[Any, str], str | None]
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,9 @@ class CaseAdminExtensions:
     revoker: CaseRevoker | None = None
     account_actions: list[AccountAction] = field(default_factory=list)
     order_reader: OrderReader | None = None
+    # The page listing the order events (webhooks) about an order that a person may see, or
+    # None when they may see none (reconciliation's inbound events).
+    order_events_url: OrderEventsUrl | None = None
 
 
 EXTENSIONS = CaseAdminExtensions()
@@ -94,6 +98,7 @@ def case_admin_extend(
     revoker: CaseRevoker | None = None,
     account_actions: Sequence[AccountAction] = (),
     order_reader: OrderReader | None = None,
+    order_events_url: OrderEventsUrl | None = None,
 ) -> None:
     """Add to the case admin. Registering the same thing twice changes nothing."""
     for position, inline in inlines:
@@ -110,3 +115,5 @@ def case_admin_extend(
             EXTENSIONS.account_actions.append(action)
     if order_reader is not None:
         EXTENSIONS.order_reader = order_reader
+    if order_events_url is not None:
+        EXTENSIONS.order_events_url = order_events_url

@@ -20,8 +20,10 @@ from django.utils.html import format_html
 
 from cases import selectors
 from cases.actions import action_run, get_action
+from cases.admin.extend import EXTENSIONS
 from cases.admin.search import IndexedSearchMixin
 from cases.admin.views import person
+from cases.codes import Action
 from cases.exceptions import CaseError
 from cases.models import (
     Attempt,
@@ -156,6 +158,19 @@ class _QueueAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         return timezone.localtime(case.next_check_at).strftime("%Y-%m-%d %H:%M")
 
 
+# The events that record what the order system showed a reconciliation (``cases.codes``).
+_FINDINGS = (
+    Action.STILL_UNKNOWN,
+    Action.RETRIES_EXHAUSTED,
+    Action.FINDING_DISCARDED,
+    Action.MANUAL_SETTLEMENT_NEEDED,
+)
+
+
+def _at(moment: Any) -> str:
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M") if moment else ""
+
+
 @admin.register(HeldCase)
 class HeldCaseAdmin(_QueueAdmin):
     status = Status.HELD
@@ -166,6 +181,7 @@ class HeldCaseAdmin(_QueueAdmin):
         "why",
         "since",
         "next_check",
+        "order_system_read",
         "evidence_so_far",
     ]
     actions = [
@@ -177,21 +193,67 @@ class HeldCaseAdmin(_QueueAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Case]:
         evidence = EvidenceReference.objects.filter(case=OuterRef("pk"))
         counted = evidence.order_by().values("case").annotate(n=Count("pk")).values("n")
-        latest = evidence.order_by("-captured_at", "-pk").values("external_reference")[:1]
+        latest = evidence.order_by("-captured_at", "-pk")
+        findings = CaseEvent.objects.filter(case=OuterRef("pk"), action__in=_FINDINGS).order_by(
+            "-id"
+        )
         return (
             super()
             .get_queryset(request)
             .annotate(
                 evidence_count=Coalesce(Subquery(counted, output_field=IntegerField()), Value(0)),
-                latest_evidence=Subquery(latest),
+                latest_evidence=Subquery(latest.values("summary")[:1]),
+                latest_evidence_source=Subquery(latest.values("source_system")[:1]),
+                latest_evidence_at=Subquery(latest.values("captured_at")[:1]),
+                latest_finding=Subquery(findings.values("reason")[:1]),
+                latest_finding_at=Subquery(findings.values("created_at")[:1]),
             )
         )
 
+    def get_list_display(self, request: HttpRequest) -> Any:
+        """The queue's columns, and the link to the order events about each row's order for
+        a person who may see them (none for anyone else: no link that is then refused)."""
+        columns = list(super().get_list_display(request))
+        url_for = EXTENSIONS.order_events_url
+        if url_for is None or url_for(request.user, "") is None:
+            return columns
+
+        @admin.display(description="order events")
+        def order_events(case: Case) -> str:
+            url = url_for(request.user, case.order_id)
+            return format_html('<a href="{}">Order events about {}</a>', url, case.order_id)
+
+        return [*columns, order_events]
+
+    @admin.display(description="the order system's read")
+    def order_system_read(self, case: Case) -> str:
+        """What the last look at the order system found (annotated), in words; the case page
+        reads it again now and lists the order's events beside it."""
+        finding = getattr(case, "latest_finding", None)
+        if finding:
+            return f"{_at(getattr(case, 'latest_finding_at', None))}: {finding}"
+        if case.last_error:
+            return f"Not looked at since the hold; at the hold: {case.last_error}"
+        return "Not looked at yet since the hold: open the case to read it now"
+
+    @admin.display(description="why")
+    def why(self, case: Case) -> str:
+        """Why it is held, short (what the order system said is the next column)."""
+        return case.waiting_reason or case.last_error
+
     @admin.display(description="evidence so far")
     def evidence_so_far(self, case: Case) -> str:
-        """How many evidence references the case has, and its latest (annotated)."""
-        latest = getattr(case, "latest_evidence", None)
-        return f"{case.evidence_count}: latest {latest}" if latest else "none"  # type: ignore[attr-defined]
+        """How many evidence references the case has, and its latest in words (annotated)."""
+        count = getattr(case, "evidence_count", 0)
+        summary = getattr(case, "latest_evidence", None)
+        if not summary:
+            return "none"
+        source = dict(EvidenceReference.Source.choices).get(
+            getattr(case, "latest_evidence_source", ""), "elsewhere"
+        )
+        plural = "reference" if count == 1 else "references"
+        when = _at(getattr(case, "latest_evidence_at", None))
+        return f"{count} {plural}; latest: {summary} ({source}, {when})"
 
 
 @admin.register(AttentionCase)

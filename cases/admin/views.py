@@ -19,10 +19,11 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from cases import services
-from cases.actions import CaseAction, action_run, case_actions, get_action
+from cases.actions import CaseAction, action_run, case_actions, get_action, who_may
 from cases.admin.extend import EXTENSIONS, CaseForm
 from cases.admin.forms import ActionForm, EvidenceForm
 from cases.exceptions import CaseError
+from cases.kernel import actor_may
 from cases.models import Case
 from cases.next_action import describe_next_action
 
@@ -80,6 +81,21 @@ def _button(case: Case, action: CaseAction) -> dict[str, Any]:
     }
 
 
+def _not_offered(case: Case, action: CaseAction, request: HttpRequest) -> str:
+    """Why ``action`` is not offered to this person on ``case`` now, in words ('' if it is)."""
+    if not actor_may(person(request), action.permission, case):
+        return (
+            f"{action.label_for(case)} is not offered to you on {case.reference}: "
+            f"that is for {who_may(action)}."
+        )
+    if not action.available(case):
+        return (
+            f"{action.label_for(case)} is not possible now: {case.reference} is "
+            f"{case.get_status_display().lower()}."
+        )
+    return ""
+
+
 def action_view(
     model_admin: ModelAdmin[Case], request: HttpRequest, pk: int, name: str
 ) -> HttpResponse:
@@ -94,6 +110,12 @@ def action_view(
     case = scoped_case(model_admin, request, pk)
     back = change_url(case)
     if request.method != "POST":
+        refusal = _not_offered(case, action, request)
+        if refusal:
+            # A confirm page for an action the case page does not offer would describe what
+            # cannot happen: say why in plain words on the case page instead.
+            model_admin.message_user(request, refusal, messages.ERROR)
+            return HttpResponseRedirect(back)
         return TemplateResponse(
             request,
             "admin/cases/case/transition_confirm.html",

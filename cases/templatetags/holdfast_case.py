@@ -6,6 +6,7 @@ timeline one query (the case's events with their actors).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -13,6 +14,7 @@ from django import template
 
 from cases import case_story
 from cases.models import Case
+from cases.next_action import status_label
 
 register = template.Library()
 
@@ -34,6 +36,10 @@ def status_path_context(case: Case, transitions: Iterable[Any] | None = None) ->
     path = case_story.status_path(
         case_story.edges_from(transitions), current=case.status, last_on_line=last_on_line
     )
+    if case.pk is not None:
+        # "Now:" names the case's status as its page does (a held case the workers still
+        # settle is not one "a person must reconcile").
+        path = dataclasses.replace(path, current_label=status_label(case))
     return {"case": case, "path": path}
 
 

@@ -22,6 +22,7 @@ import pytest
 from django.utils import timezone
 
 from cases.models import Case
+from cases.next_action import status_label
 from cases.services import case_transition
 from reconciliation.models import Autonomy
 from reconciliation.selectors import current_autonomy, current_profile
@@ -444,7 +445,7 @@ def test_every_case_page_action_for_every_role_takes_effect_or_is_refused_plainl
                 assert shown == after.version, (
                     f"{where}: the page shows version {shown}, the case is at {after.version}"
                 )
-                assert panel_status(page) == after.get_status_display(), where
+                assert panel_status(page) == status_label(after), where
                 if after.status != state:
                     continue
                 now = controls_of(page)

@@ -197,10 +197,13 @@ def test_backup_takes_over_the_unfinished_case_while_the_owner_is_away(
     text = page.locator(PANEL).inner_text()
     assert "outcome is not known" in text or "Effect unknown" in text, text
     assert re.search(r"unknown", fields["Why it waits"], re.I), fields["Why it waits"]
+    # The workers settle it by themselves first (they look again on their schedule); Bo
+    # Backup is named as the one who settles it if they cannot.
     who = fields["Who must answer"]
-    assert who.startswith("Bo Backup"), who
-    assert "must reconcile" in who, who
+    assert who.startswith("nobody yet: the workers settle it themselves; Bo Backup"), who
+    assert "only if it is still unknown after" in who, who
     assert MOMENT.search(fields["Follow-up"]), fields["Follow-up"]
+    assert "The workers look again at" in fields["Follow-up"], fields["Follow-up"]
     assert "reconcile now" in fields["Permitted now"].lower(), fields["Permitted now"]
     assert page.get_by_role("button", name="Reconcile now (fence, then look)").count(), (
         page.locator(PANEL).inner_text()

@@ -46,7 +46,7 @@ def _held(make_case, n: int) -> list[Case]:
                 kind="order_read",
                 permitted_basis=EvidenceReference.Basis.values[0],
                 captured_at=timezone.now() + timezone.timedelta(seconds=number),
-                summary="read",
+                summary=f"order read {number}",
                 recorded_by="test",
             )
     return cases
@@ -100,7 +100,8 @@ def test_held_queue_query_count_does_not_grow_with_the_rows(as_lead, make_case):
     few, response = _queries(as_lead, url)
     assert response.context["cl"].result_count == 3
     body = response.content.decode()
-    assert f"2: latest {first[0].reference}-E2" in body
+    assert "2 references; latest: order read 2 (Order system," in body  # words, not ids
+    assert f"{first[0].reference}-E2" not in body
     _held(make_case, 27)
     many, response = _queries(as_lead, url)
     assert response.context["cl"].result_count == 30

@@ -15,6 +15,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from django.core.wsgi import get_wsgi_application
 from django.db import connections
+from django.db.backends.signals import connection_created
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -47,6 +48,7 @@ def serve_holdfast(
             finally:
                 connections.close_all()
 
+    connection_created.connect(_read_uncommitted_in_shared_memory, weak=False)
     server = make_server(
         "127.0.0.1", 0, application, server_class=_ThreadingServer, handler_class=_QuietHandler
     )
@@ -57,3 +59,15 @@ def serve_holdfast(
     finally:
         server.shutdown()
         server.server_close()
+        connection_created.disconnect(_read_uncommitted_in_shared_memory)
+
+
+def _read_uncommitted_in_shared_memory(sender, connection, **kwargs) -> None:
+    """On SQLite's in-memory test database (one shared cache for every thread), a read waits
+    for no other thread's write transaction: without this, a page the browser fetches by
+    itself (an open case page updating in place) while the test thread runs a worker fails
+    at once with "database table is locked" (shared-cache locks are per table and have no
+    busy timeout). Files and PostgreSQL are untouched."""
+    if connection.vendor == "sqlite" and connection.is_in_memory_db():
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA read_uncommitted = 1")

@@ -1,0 +1,89 @@
+"""The pages' own words: titles name the case, "Delete" says what it does (revoke authority)
+and is shown only where it does something, and no role is offered an action it may not take."""
+
+from __future__ import annotations
+
+import re
+
+from django.urls import reverse
+
+from cases.services import case_transition
+from tests.cases.helpers import reload
+
+
+def _page(client, user, url):
+    client.force_login(user)
+    response = client.get(url)
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_the_case_page_is_titled_by_the_case_not_change_case(client, lead, case):
+    case = reload(case)
+
+    html = _page(client, lead, reverse("admin:cases_case_change", args=[case.pk]))
+
+    title = re.search(r"<title>(.*?)</title>", html, re.S).group(1).strip()
+    assert title.startswith(f"{case.reference}: {case.change_description}"), title
+    assert f"<h1>{case.reference}: " in html
+    assert "Change case" not in html
+
+
+def test_the_account_page_is_titled_by_the_account(client, lead, account):
+    html = _page(client, lead, reverse("admin:cases_customeraccount_change", args=[account.pk]))
+
+    assert f"<h1>{account.reference}: {account.name}</h1>" in html
+    assert "Change customer account" not in html
+
+
+def test_delete_says_it_revokes_authority_and_only_where_it_does_something(
+    client, lead, agent, case
+):
+    url = reverse("admin:cases_case_change", args=[case.pk])
+
+    as_lead = _page(client, lead, url)
+    assert "Revoke authority (settle its work)…" in as_lead
+    assert ">Delete<" not in as_lead
+
+    as_agent = _page(client, agent, url)
+    assert 'class="deletelink"' not in as_agent  # an agent may not revoke
+
+    case = reload(case)
+    case_transition(
+        case=case, transition="stop", expected_version=case.version, reason="Done", actor=lead
+    )
+    stopped = _page(client, lead, url)
+    assert 'class="deletelink"' not in stopped  # nothing left to revoke: no button
+
+
+def _actions(client, user) -> list[str]:
+    client.force_login(user)
+    response = client.get(reverse("admin:cases_customeraccount_changelist"))
+    form = response.context["action_form"]
+    if form is None:  # no bulk action at all
+        return []
+    return [name for name, _ in form.fields["action"].choices if name]
+
+
+def test_the_agent_is_not_offered_the_leads_account_actions(client, agent, lead, account):
+    assert "verify" not in _actions(client, agent)
+    assert "revoke_access" not in _actions(client, agent)
+
+    offered = _actions(client, lead)
+    assert "verify" in offered
+    assert "revoke_access" in offered
+
+
+def test_a_page_fetched_to_update_in_place_leaves_the_messages_for_the_next_page(
+    client, agent, case
+):
+    client.force_login(agent)
+    page = reverse("admin:cases_case_change", args=[case.pk])
+    # A refusal is stored for the next page the person opens.
+    client.get(reverse("admin:cases_case_transition", args=[case.pk, "stop"]))
+
+    live = client.get(page, HTTP_X_HOLDFAST_LIVE="1").content.decode()
+    shown = client.get(page).content.decode()
+
+    assert "is not offered to you" not in live
+    assert "is not offered to you" in shown
