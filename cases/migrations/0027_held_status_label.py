@@ -6,7 +6,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("cases", "0025_case_one_open_per_order_kind"),
+        ("cases", "0026_team_case_prefix"),
     ]
 
     operations = [
