@@ -298,6 +298,13 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # Without deep links an operation's summary button holds no link of its own (a link
+    # inside a button is a nested control that screen readers do not announce).
+    "SWAGGER_UI_SETTINGS": {
+        "deepLinking": False,
+        "persistAuthorization": True,
+        "displayOperationId": True,
+    },
     "ENUM_NAME_OVERRIDES": {
         "CaseStatusEnum": "cases.models.Status",
         "ProposalStatusEnum": "approvals.models.Proposal.Status",
