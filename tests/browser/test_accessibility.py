@@ -8,7 +8,6 @@ critical or serious violation with its elements, so the template to fix is named
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +15,6 @@ from dataclasses import dataclass
 import pytest
 
 from tests.browser.conftest import login, shot
-from tests.support.fixtures import days_ahead
 
 pytestmark = [pytest.mark.browser, pytest.mark.order_system]
 
@@ -79,62 +77,6 @@ PAGES: dict[str, Visit] = {
 }
 
 
-@pytest.fixture
-def build(live_orders, make_case, reviewable_case, approved_case, held_case, staff):
-    """``build(state)``: a fresh case in that state through the real services."""
-    from cases.services import case_transition
-    from reconciliation.apply import apply_case
-
-    numbers = itertools.count(1)
-
-    def order() -> dict:
-        order_id = f"ORD-A{next(numbers)}"
-        live_orders.seed(
-            orders=[
-                {"order_id": order_id, "account_id": "ACC-100", "delivery_date": str(days_ahead(3))}
-            ]
-        )
-        return {"order_id": order_id}
-
-    def needs_attention():
-        case = make_case(**order())
-        return case_transition(
-            case=case,
-            transition="escalate",
-            expected_version=case.version,
-            reason="The customer asks for a person",
-            actor=staff["lead"],
-        )
-
-    def done():
-        case = approved_case(**order())
-        for _ in range(5):
-            apply_case(case_id=case.pk)
-            case.refresh_from_db()
-            if case.status == "done":
-                return case
-        raise AssertionError(f"{case.reference} did not finish: {case.status}")
-
-    builders = {
-        "waiting_source": lambda: make_case(**order()),
-        "awaiting_review": lambda: reviewable_case(**order())[0],
-        "needs_attention": needs_attention,
-        "held": lambda: held_case(**order()),
-        "done": done,
-    }
-
-    def make(state: str):
-        if not state:
-            return None
-        live_orders.seed(slots=[{"date": str(days_ahead(d)), "capacity": 50} for d in range(1, 15)])
-        case = builders[state]()
-        case.refresh_from_db()
-        assert case.status == state, (state, case.status)
-        return case
-
-    return make
-
-
 def blocking_findings(page) -> list[dict]:
     from axe_playwright_python.sync_playwright import Axe
 
@@ -154,9 +96,9 @@ def describe(findings: list[dict]) -> str:
 
 
 @pytest.mark.parametrize("name", list(PAGES))
-def test_no_critical_or_serious_axe_findings(page, build, name):
+def test_no_critical_or_serious_axe_findings(page, case_in_state, name):
     visit = PAGES[name]
-    case = build(visit.state)
+    case = case_in_state(visit.state) if visit.state else None
     login(page, visit.role)
     page.goto(visit.url(case))
     page.wait_for_load_state()
