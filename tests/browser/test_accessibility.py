@@ -58,6 +58,7 @@ PAGES: dict[str, Visit] = {
     "home-approver": Visit("approver", "awaiting_review", fixed("/admin/")),
     "home-auditor": Visit("auditor", "", fixed("/admin/")),
     "case-list": Visit("lead", "awaiting_review", fixed("/admin/cases/case/")),
+    "saved-views": Visit("lead", "", fixed("/admin/cases/savedview/")),
     "case-waiting-source": Visit("agent", "waiting_source", case_page),
     "case-awaiting-review": Visit("lead", "awaiting_review", case_page),
     "case-held": Visit("lead", "held", case_page),
