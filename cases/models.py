@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, cast
 from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.core.validators import RegexValidator
+from django.contrib.postgres.search import SearchVector
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Upper
@@ -409,6 +410,15 @@ class Case(FSMModelMixin, models.Model):
                 name="case_follow_up_idx",
             ),
             models.Index(fields=["opened_by"], name="case_opened_by_idx"),
+            # The case list's full-text search (``cases.fulltext``) over the note and the
+            # reason it waits: words (stemmed, English) and any part of a word (trigrams).
+            # PostgreSQL only (migration case_fulltext_search; other databases skip them).
+            GinIndex(SearchVector("note", config="english"), name="case_note_fts"),
+            GinIndex(OpClass(Upper("note"), name="gin_trgm_ops"), name="case_note_trgm"),
+            GinIndex(SearchVector("waiting_reason", config="english"), name="case_reason_fts"),
+            GinIndex(
+                OpClass(Upper("waiting_reason"), name="gin_trgm_ops"), name="case_reason_trgm"
+            ),
         ]
         permissions = [
             ("work_case", "Can work a case (check source, escalate, cancel)"),
@@ -760,6 +770,8 @@ class CaseEvent(models.Model):
             GinIndex(
                 OpClass(Upper("actor_label"), name="gin_trgm_ops"), name="event_actor_label_trgm"
             ),
+            # The case list's full-text search over the timeline (``cases.fulltext``).
+            GinIndex(SearchVector("reason", config="english"), name="event_reason_fts"),
         ]
         # Related managers and the ORM's internals go through the append-only queryset too.
         base_manager_name = "objects"
@@ -1151,3 +1163,44 @@ class NotificationPreference(models.Model):
 
     def __str__(self) -> str:
         return f"Notification preferences of {self.user_id}"
+
+
+class SavedView(models.Model):
+    """A named filter of the case list (its query string): the person's own, or shared with
+    one of their teams (``team``), which every member of that team then sees. Written by
+    ``cases.saved_views`` only."""
+
+    name = models.CharField(max_length=80)
+    query = models.CharField(
+        max_length=1000, blank=True, help_text="The case list's filters, as a query string."
+    )
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="saved_case_views"
+    )
+    team = models.ForeignKey(
+        Team,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="saved_case_views",
+        help_text="Shared with this team's members; empty: only its owner sees it.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "name"],
+                condition=Q(team__isnull=True),
+                name="saved_view_personal_name",
+            ),
+            models.UniqueConstraint(
+                fields=["team", "name"],
+                condition=Q(team__isnull=False),
+                name="saved_view_team_name",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

@@ -300,6 +300,13 @@ SPECTACULAR_SETTINGS = {
         "drf_spectacular.hooks.postprocess_schema_enums",
         "config.schema_links.add_links",
     ],
+    # Without deep links an operation's summary button holds no link of its own (a link
+    # inside a button is a nested control that screen readers do not announce).
+    "SWAGGER_UI_SETTINGS": {
+        "deepLinking": False,
+        "persistAuthorization": True,
+        "displayOperationId": True,
+    },
     "ENUM_NAME_OVERRIDES": {
         "CaseStatusEnum": "cases.models.Status",
         "ProposalStatusEnum": "approvals.models.Proposal.Status",

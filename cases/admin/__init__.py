@@ -8,12 +8,21 @@ revoker behind "Delete" and account actions through :func:`case_admin_extend` (`
 - ``site``: the site's words; ``case``: the case page and the audit trail; ``views``: the case
   page's panel and the views behind its buttons; ``forms``, ``filters``, ``inlines``;
   ``accounts``: customer accounts; ``staff``: teams and absences; ``queues``: the work queues;
-``inbox``: each person's notifications and email settings, and the follow-up policies.
+``inbox``: each person's notifications and email settings, and the follow-up policies;
+``saved_views``: the case list's saved views and bulk reassignment.
 """
 
 from __future__ import annotations
 
-from cases.admin import accounts, case, inbox, queues, site, staff  # noqa: F401 - registers the admins
+from cases.admin import (  # noqa: F401 - registers the admins
+    accounts,
+    case,
+    inbox,
+    queues,
+    saved_views,
+    site,
+    staff,
+)
 from cases.admin.case import CaseAdmin
 from cases.admin.extend import CaseForm, CaseRevoker, case_admin_extend
 from cases.admin.inlines import ReadOnlyInline

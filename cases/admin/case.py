@@ -14,15 +14,15 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from cases import kinds, selectors, services
-from cases.admin import intake, views
+from cases import fulltext, kinds, selectors, services
+from cases.admin import intake, saved_views, views
 from cases.admin.extend import EXTENSIONS
 from cases.admin.filters import (
     ActionFilter,
@@ -104,7 +104,7 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         "legal_hold",
     ]
     inlines = [inline for _, inline in CASE_INLINES]
-    actions = ["revoke_selected"]
+    actions = ["revoke_selected", "reassign_selected"]
     delete_confirmation_template = "admin/cases/case/delete_confirmation.html"
 
     def get_fieldsets(self, request: HttpRequest, obj: Case | None = None) -> Any:
@@ -215,6 +215,18 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
                 continue
             self.message_user(request, text, messages.WARNING)
 
+    def has_lead_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("cases.lead_case")
+
+    @admin.action(
+        description="Reassign selected cases (owner or backup, with a reason)…",
+        permissions=["lead"],
+    )
+    def reassign_selected(
+        self, request: HttpRequest, queryset: QuerySet[Case]
+    ) -> HttpResponse | None:
+        return saved_views.bulk_reassign(self, request, queryset)
+
     @admin.action(
         description="Delete selected cases (revoke authority, settle their work)",
         permissions=["delete"],
@@ -229,6 +241,34 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
 
     def get_inline_instances(self, request: HttpRequest, obj: Case | None = None) -> list[Any]:
         return super().get_inline_instances(request, obj) if obj else []
+
+    # --- the list: saved views and full-text search ------------------------------------------
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {**saved_views.case_list_context(request), **(extra_context or {})}
+        return super().changelist_view(request, context)
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Case], search_term: str
+    ) -> tuple[QuerySet[Case], bool]:
+        """The indexed search of the references (``IndexedSearchMixin``) or the full-text
+        search of notes, reasons, the timeline and owners' names (``cases.fulltext``): a
+        capped set of ids, scoped to the person's teams, in a fixed number of queries."""
+        found, duplicates = super().get_search_results(request, queryset, search_term)
+        if not search_term.strip():
+            return found, duplicates
+        user = request.user
+        teams = (
+            None
+            if user.is_superuser
+            else list(selectors.teams_for(user).values_list("pk", flat=True))
+        )
+        ids = fulltext.case_ids_matching(search_term, team_ids=teams)
+        if not ids:
+            return found, duplicates
+        matched = Q(pk__in=found.order_by().values("pk")) | Q(pk__in=sorted(ids))
+        return queryset.filter(matched), duplicates
 
     # --- list columns ----------------------------------------------------------------------
     @admin.display(description="status", ordering="status")
@@ -346,6 +386,11 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
                 "intake/",
                 self.admin_site.admin_view(self.intake_view),
                 name="cases_case_intake",
+            ),
+            path(
+                "saved-views/save/",
+                self.admin_site.admin_view(saved_views.save_view),
+                name="cases_case_save_view",
             ),
             path("<int:pk>/transition/<str:name>/", action, name="cases_case_transition"),
             path("<int:pk>/do/<str:name>/", action, name="cases_case_action"),

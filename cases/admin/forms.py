@@ -35,6 +35,16 @@ class CaseChangeForm(forms.ModelForm):
             for name in ("owner", "backup"):
                 if name in self.fields:
                     self.fields[name].queryset = members  # type: ignore[attr-defined]
+        label_split_inputs(self, "next_check_at", ("Next check date", "Next check time"))
+
+
+def label_split_inputs(form: forms.BaseForm, name: str, labels: tuple[str, ...]) -> None:
+    """Name each input of a split widget (the admin's date and time of one field): its
+    ``<label>`` points at the first only, so a screen reader announces the others unnamed."""
+    field = form.fields.get(name)
+    widgets = getattr(field.widget, "widgets", ()) if field is not None else ()
+    for widget, label in zip(widgets, labels, strict=False):
+        widget.attrs["aria-label"] = label
 
 
 class ActionForm(forms.Form):

@@ -87,6 +87,9 @@ class _QueueAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
     each field's index (``cases.admin.search``)."""
 
     status: str = ""
+    # The case column is the row's one link (to the case page): the admin's own link around
+    # it would nest two anchors, and the browser splits them into an empty link.
+    list_display_links = None
     list_select_related = ["account", "owner__staff_profile", "backup", "team"]
     search_fields = ["reference", "order_id", "account__reference"]
     show_full_result_count = False

@@ -14,6 +14,7 @@ rows between page actions, never concurrently with them.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
@@ -220,6 +221,62 @@ def held_case(approved_case, live_orders, staff):
         live_orders.clear_faults()
         case.refresh_from_db()
         assert case.status == "held"
+        return case
+
+    return make
+
+
+@pytest.fixture
+def case_in_state(live_orders, make_case, reviewable_case, approved_case, held_case, staff):
+    """``case_in_state(state)``: a fresh case in that state (waiting_source, awaiting_review,
+    needs_attention, held, done) built through the real services, each on its own order."""
+    from cases.services import case_transition
+    from reconciliation.apply import apply_case
+    from tests.support.fixtures import days_ahead
+
+    numbers = itertools.count(1)
+
+    def order() -> dict:
+        order_id = f"ORD-S{next(numbers)}"
+        live_orders.seed(
+            orders=[
+                {"order_id": order_id, "account_id": "ACC-100", "delivery_date": str(days_ahead(3))}
+            ]
+        )
+        return {"order_id": order_id}
+
+    def needs_attention():
+        case = make_case(**order())
+        return case_transition(
+            case=case,
+            transition="escalate",
+            expected_version=case.version,
+            reason="The customer asks for a person",
+            actor=staff["lead"],
+        )
+
+    def done():
+        case = approved_case(**order())
+        for _ in range(5):
+            apply_case(case_id=case.pk)
+            case.refresh_from_db()
+            if case.status == "done":
+                return case
+        raise AssertionError(f"{case.reference} did not finish: {case.status}")
+
+    builders = {
+        "waiting_source": lambda: make_case(**order()),
+        "awaiting_review": lambda: reviewable_case(**order())[0],
+        "needs_attention": needs_attention,
+        "held": lambda: held_case(**order()),
+        "done": done,
+    }
+
+    def make(state: str):
+        live_orders.seed(slots=[{"date": str(days_ahead(d)), "capacity": 50} for d in range(1, 15)])
+        case = builders[state]()
+        case.refresh_from_db()
+        assert case.status == state, (state, case.status)
         return case
 
     return make

@@ -497,7 +497,30 @@ def run_bulk_action(page, case, option: str) -> tuple[str, str]:
     row.locator("input.action-select").check()
     page.locator("#changelist select[name=action]").select_option(label=option)
     navigate(page, page.locator("#changelist button[name=index]").first.click)
+    if not page.locator(".messagelist").count() and page.locator("#content form").count():
+        answer_the_action_page(page)
     return outcome(page)
+
+
+def answer_the_action_page(page) -> None:
+    """An action that asks first, on a page of its own (who takes the cases, why): answer it
+    as a person would, a different person in each choice and a reason, and confirm."""
+    form = page.locator("#content form").first
+    selects = form.locator("select")
+    for index in range(selects.count()):
+        values = [
+            value
+            for value in selects.nth(index)
+            .locator("option")
+            .evaluate_all("(options) => options.map((o) => o.value)")
+            if value
+        ]
+        if values:
+            selects.nth(index).select_option(values[min(index, len(values) - 1)])
+    reason = form.get_by_label(re.compile("reason", re.I))
+    if reason.count():
+        reason.first.fill(REASON)
+    navigate(page, form.locator("button[type=submit]").first.click)
 
 
 def back_home(page) -> None:

@@ -20,3 +20,15 @@ document.addEventListener("DOMContentLoaded", function () {
     });
   });
 });
+
+// A column header with no words (the admin's inline tables start with an unnamed column and
+// may end with one) names its column for a screen reader, after the cards took their labels.
+document.addEventListener("DOMContentLoaded", function () {
+  document.querySelectorAll("#content thead th").forEach(function (cell) {
+    if (cell.textContent.trim() || cell.querySelector("input, select, button")) { return; }
+    var words = document.createElement("span");
+    words.className = "hf-sr-only";
+    words.textContent = cell.classList.contains("original") ? "Row" : "More";
+    cell.appendChild(words);
+  });
+});
