@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, cast
 
 from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex, OpClass
-from django.core.validators import RegexValidator
 from django.contrib.postgres.search import SearchVector
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Upper
