@@ -123,7 +123,10 @@ def test_the_agent_opens_an_address_change_and_a_cancellation_the_approver_appro
         assert irreversible.count() == (1 if case is cancel else 0)
         if case is cancel:
             assert "This cannot be undone." in irreversible.inner_text()
-        docs_shot(approver, "approver", f"decide-{case.kind.replace('_', '-')}")
+        if case is cancel:
+            docs_shot(approver, "approver", "decide-order-cancellation")
+        else:
+            shot(approver, f"decide-{case.kind}")
         approver.get_by_role("button", name=re.compile(r"^Approve this exact proposal")).click()
         approver.wait_for_load_state()
         assert " approves " in messages(approver, "success")[0]
@@ -171,7 +174,7 @@ def test_the_agent_opens_an_address_change_and_a_cancellation_the_approver_appro
     shot(lead, "address-done")
     agent.goto(reverse("admin:cases_case_change", args=[cancel.pk]))
     assert "this cannot be undone" in visible_text(agent)
-    docs_shot(agent, "agent", "done-order-cancellation")
+    shot(agent, "cancellation-done")
 
 
 def test_the_agent_opens_a_delivery_date_change_the_approver_approves_it_applied_once(
@@ -189,7 +192,7 @@ def test_the_agent_opens_a_delivery_date_change_the_approver_approves_it_applied
     assert "delivery on" in agent.locator("#hf-order-now").inner_text()
     agent.get_by_label("New delivery date").fill(day.isoformat())
     agent.get_by_label("Note").fill("The customer is away until then.")
-    docs_shot(agent, "agent", "intake-delivery-date")
+    shot(agent, "date-intake")
     agent.get_by_role("button", name="Open the case").click()
     agent.wait_for_load_state()
     case = Case.objects.get(order_id=DATE_ORDER, kind="delivery_date")
@@ -205,7 +208,7 @@ def test_the_agent_opens_a_delivery_date_change_the_approver_approves_it_applied
     heading = approver.get_by_role("heading", name=re.compile(r"^Decide: ORD-"))
     assert proposal.description in heading.inner_text()
     assert approver.locator("#hf-irreversible").count() == 0
-    docs_shot(approver, "approver", "decide-delivery-date")
+    shot(approver, "decide-delivery-date")
     approver.get_by_role("button", name=re.compile(r"^Approve this exact proposal")).click()
     approver.wait_for_load_state()
     assert " approves " in messages(approver, "success")[0]
