@@ -117,6 +117,8 @@ class Journal:
     late_writes: list[dict] = field(default_factory=list)
     applying_without_attempt: list[str] = field(default_factory=list)
     held_without_owner: list[str] = field(default_factory=list)
+    # order id -> when it shipped (the order system refuses every change after).
+    shipped: dict[str, dt.datetime] = field(default_factory=dict)
 
 
 class SimClient(OrderSystemClient):
@@ -219,6 +221,7 @@ class Executor:
 
     def run(self) -> None:
         for number, step in enumerate(self.schedule["steps"]):
+            self.ship_due(number)
             try:
                 outcome = getattr(self, f"step_{step['kind']}")(step)
             except (Paused, Killed) as signal:  # pragma: no cover - caught in the steps
@@ -227,6 +230,23 @@ class Executor:
             if step["kind"] not in {"fault", "snapshot", "order_changed", "lease_expiry"}:
                 self.capture()
             self.check_states(number)
+        self.ship_due(len(self.schedule["steps"]))
+
+    def ship_due(self, number: int) -> None:
+        """The orders that ship before step ``number`` (``schedule["ships"]``): an open order
+        becomes shipped at its version, as a warehouse would; what comes after is refused by
+        the receiver alone."""
+        for at, case in self.schedule.get("ships", []):
+            if at != number:
+                continue
+            order = self.order_id(case)
+            status = self.orders.state(order)["order"]["status"]
+            if status != "open":
+                self.log.append(f"   {order} would ship: it is {status}")
+                continue
+            self.orders.set_order(order, status="shipped", bump_version=False)
+            self.journal.shipped[order] = timezone.now()
+            self.log.append(f"   {order} shipped (same version)")
 
     def capture(self) -> None:
         """Copy what the records show now into the journal (a restore may erase it later)."""

@@ -20,6 +20,9 @@ WORKERS = ("w1", "w2", "w3")
 CHANGE_KINDS = ("delivery_date", "shipping_address", "order_cancellation")
 # The chance that a case joins the order of an earlier case of another kind.
 SHARED_ORDER = 0.3
+# The chance that an order ships during the schedule (at its version: only the receiver's own
+# check, ``409 order_not_open``, refuses what comes after).
+SHIPS = 0.15
 FAULTS = (
     "drop_after_commit",
     "fail_before_commit",
@@ -72,10 +75,16 @@ def draw_kinds(seed: int, index: int, cases: int) -> tuple[list[str], list[int]]
     return kinds, orders
 
 
+def draw_ships(seed: int, index: int, orders: list[int], steps: int) -> list[list[int]]:
+    """``[step, case]`` pairs: before step ``step`` the order of case ``case`` ships."""
+    rng = random.Random(f"holdfast-sim-ships:{seed}:{index}")  # noqa: S311 - not cryptography
+    return [[rng.randint(0, steps), order] for order in sorted(set(orders)) if rng.random() < SHIPS]
+
+
 def generate(seed: int, index: int) -> dict:
-    """``{"seed", "index", "cases", "kinds", "orders", "steps"}`` for schedule ``index`` of
-    ``seed``: ``kinds[i]`` is case ``i``'s change kind, ``orders[i]`` the case whose order it
-    works on."""
+    """``{"seed", "index", "cases", "kinds", "orders", "ships", "steps"}`` for schedule
+    ``index`` of ``seed``: ``kinds[i]`` is case ``i``'s change kind, ``orders[i]`` the case
+    whose order it works on, ``ships`` when an order ships (``draw_ships``)."""
     rng = schedule_rng(seed, index)
     cases = rng.randint(1, 3)
     change_kinds, orders = draw_kinds(seed, index, cases)
@@ -107,6 +116,7 @@ def generate(seed: int, index: int) -> dict:
         "cases": cases,
         "kinds": change_kinds,
         "orders": orders,
+        "ships": draw_ships(seed, index, orders, len(steps)),
         "steps": steps,
     }
 

@@ -38,6 +38,8 @@ class Records:
     applying_after_leases: list[str] = field(default_factory=list)
     # Checked only after the final sweep: uncertain cases must be held.
     check_uncertain: bool = True
+    # order id -> when it shipped (its status then stays shipped unless cancelled before).
+    shipped: dict[str, dt.datetime] = field(default_factory=dict)
     # order id -> its fields as seeded ({status, delivery_date, shipping_address}): what the
     # order shows until an effect changes it.
     seeded: dict[str, dict] = field(default_factory=dict)
@@ -175,7 +177,8 @@ def check(records: Records) -> list[str]:
     # 8. Exactly once, in the order's own records: a done case's operations produced exactly
     # one effect, and each order shows what its last effect of each kind set (the seed where
     # none did): a cancellation applied means the order is cancelled, and nothing is applied
-    # to an order after its cancellation (the receiver refuses a closed order).
+    # to an order after its cancellation or after it shipped (the receiver refuses an order
+    # that is not open).
     for case in records.cases:
         mine = by_case.get(case["index"], [])
         if case["status"] == "done" and len(mine) != 1:
@@ -238,8 +241,14 @@ def order_fields(records: Records, found: list[dict]) -> list[str]:
             "shipping_address": _address(seeded["shipping_address"]),
         }
         closed_by = None
+        shipped = records.shipped.get(order_id)
         for effect in applied:
             kind = effect["change"].get("kind", "delivery_date")
+            if shipped is not None and effect["at"] > _time(shipped):
+                violations.append(
+                    f"effect on a shipped order: {effect['operation_key']} ({kind}) applied "
+                    f"to {order_id} after it shipped at {_time(shipped):%H:%M:%S.%f}"
+                )
             if closed_by is not None:
                 violations.append(
                     f"effect on a cancelled order: {effect['operation_key']} ({kind}) applied "
@@ -252,6 +261,8 @@ def order_fields(records: Records, found: list[dict]) -> list[str]:
             expected[name] = value(effect["change"])
             if kind == "order_cancellation" and closed_by is None:
                 closed_by = effect["operation_key"]
+        if shipped is not None and closed_by is None:
+            expected["status"] = "shipped"
         shown = {
             "status": order.get("status"),
             "delivery_date": order.get("delivery_date"),

@@ -47,6 +47,7 @@ class Outcome:
     kinds: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHANGE_KINDS, 0))
     effects: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHANGE_KINDS, 0))
     shared_orders: int = 0
+    shipped: int = 0  # orders that shipped mid-schedule (changes after: refused)
 
     @property
     def summary(self) -> str:
@@ -60,7 +61,10 @@ class Outcome:
             for kind in CHANGE_KINDS
         ]
         return (
-            "per kind: " + ", ".join(parts) + f"; {self.shared_orders} with two kinds on one order"
+            "per kind: "
+            + ", ".join(parts)
+            + f"; {self.shared_orders} with two kinds on one order; {self.shipped} orders "
+            "shipped mid-schedule"
         )
 
 
@@ -174,14 +178,15 @@ def _records(executor: Executor, **extra) -> Records:
 
 def run_one(
     schedule: dict, *, world: World, orders, clients, state_dir: Path
-) -> tuple[list[str], list[str], list[str]]:
+) -> tuple[list[str], list[str], list[str], int]:
     """Run one schedule; returns (violations, the step log, the kinds of the effects the order
-    system applied)."""
+    system applied, how many orders shipped)."""
     orders.reset()
     executor = Executor(world=world, orders=orders, clients=clients, schedule=schedule)
     executor.seed_orders()
     violations: list[str] = []
     applied: list[str] = []
+    shipped = 0
     try:
         with override_settings(HOLDFAST_STATE_DIR=str(state_dir)), transaction.atomic():
             try:
@@ -193,12 +198,13 @@ def run_one(
                 settled = _records(executor, check_uncertain=False)
                 violations += [v for v in check(settled) if v not in violations]
                 applied = [e["change"].get("kind", "?") for e in effects(settled)]
+                shipped = len(settled.shipped)
             finally:
                 transaction.set_rollback(True)
     except Exception as exc:  # noqa: BLE001 - a crash of a service is a finding too
         violations.append(f"crashed: {type(exc).__name__}: {exc}")
         executor.log.append(traceback.format_exc(limit=6))
-    return violations, executor.log, applied
+    return violations, executor.log, applied, shipped
 
 
 def run_schedules(
@@ -226,7 +232,7 @@ def run_schedules(
         with tempfile.TemporaryDirectory(prefix="holdfast-sim-") as tmp:
             for index in indexes:
                 schedule = generate(seed, index)
-                violations, log, applied = run_one(
+                violations, log, applied, shipped = run_one(
                     schedule,
                     world=world,
                     orders=orders,
@@ -236,6 +242,7 @@ def run_schedules(
                 outcome.schedules += 1
                 for kind in set(schedule["kinds"]):
                     outcome.kinds[kind] = outcome.kinds.get(kind, 0) + 1
+                outcome.shipped += shipped
                 for kind in applied:
                     outcome.effects[kind] = outcome.effects.get(kind, 0) + 1
                 if len(set(schedule["orders"])) < schedule["cases"]:

@@ -46,6 +46,7 @@ def test_200_random_schedules_hold_every_invariant(simulation, capsys):
         assert outcome.kinds[kind] >= SCHEDULES // 5, outcome.per_kind
         assert outcome.effects[kind] >= SCHEDULES // 20, outcome.per_kind
     assert outcome.shared_orders >= SCHEDULES // 20, outcome.per_kind
+    assert outcome.shipped >= SCHEDULES // 20, outcome.per_kind
 
 
 def test_a_schedule_is_a_pure_function_of_seed_and_index():
@@ -77,6 +78,12 @@ def test_every_case_draws_a_kind_and_one_order_never_holds_two_cases_of_one_kind
 
     assert drawn == set(CHANGE_KINDS)
     assert shared >= 10
+    ships = [ship for s in schedules for ship in s["ships"]]
+    assert len(ships) >= 20
+    for schedule in schedules:
+        for at, case in schedule["ships"]:
+            assert 0 <= at <= len(schedule["steps"])
+            assert case in schedule["orders"]
 
 
 ADDRESS = {
@@ -356,4 +363,23 @@ def test_the_checker_finds_an_effect_after_a_cancellation_and_a_done_case_withou
     assert any(
         v.startswith("done without exactly one effect: D-1 is done with 0")
         for v in check(never_applied)
+    )
+
+
+def test_the_checker_finds_an_effect_on_a_shipped_order_and_knows_a_shipped_one():
+    shipped_before = _good()
+    shipped_before.shipped["ORD-S1"] = T0 - dt.timedelta(seconds=1)
+    shipped_before.orders["ORD-S1"]["order"]["status"] = "shipped"
+    shipped_after = _good()
+    shipped_after.shipped["ORD-S1"] = T0 + dt.timedelta(seconds=1)
+    shipped_after.orders["ORD-S1"]["order"]["status"] = "shipped"
+
+    assert any(
+        v.startswith("effect on a shipped order: DATE-1-1 (delivery_date)")
+        for v in check(shipped_before)
+    )
+    assert check(shipped_after) == []
+    shipped_after.orders["ORD-S1"]["order"]["status"] = "open"
+    assert any(
+        v.startswith("order fields: ORD-S1 shows status 'open'") for v in check(shipped_after)
     )
