@@ -1180,3 +1180,48 @@ def cancellation_refused_not_open(d: Drill) -> None:
         )
     finally:
         reopen_order(d)
+
+
+@kind_scenario(
+    "address_country_refused",
+    "Shipping address: a country the order system does not ship to",
+    "The approver is told before approving that the order system does not ship there; the "
+    "write is refused 422 invalid_field, a definite refusal: nothing applied, the case needs "
+    "corrected input, and the order keeps its address.",
+    kinds=("shipping_address",),
+)
+def address_country_refused(d: Drill) -> None:
+    served = d.control.client.get("/capabilities").json().get("ship_to_countries") or []
+    country = next((c for c in ("US", "CA", "AU", "JP", "BR") if c not in served), None)
+    if country is None:
+        raise Skip("the order system ships to every country this drill would try")
+    reopen_order(d)
+    before = d.control.state(d.order_id)["order"]
+    change = drill_address(d)
+    change["address"]["country"] = country
+    kind_case(d, change)
+    d.to_review()
+    proposal = d.present(d.proposal(), "an address proposal awaits review")
+    d.check(
+        f"does not ship to {country}" in proposal.advisory_note,
+        f"the approver is told first: {proposal.advisory_note}",
+    )
+    d.approve()
+    outcome = d.apply_worker().outcome()
+    d.note(f"worker: {outcome}")
+    case = d.refresh()
+    d.check(
+        case.status == Status.NEEDS_ATTENTION,
+        f"a definite refusal: the case needs corrected input ({case.get_status_display()})",
+    )
+    d.check(
+        "invalid_field" in case.last_error,
+        f"refused as invalid input, not retried: {case.last_error}",
+    )
+    d.check(d.operations() == [], f"nothing applied for {d.key}")
+    order = d.control.state(d.order_id)["order"]
+    d.check(
+        order["shipping_address"] == before["shipping_address"]
+        and order["version"] == before["version"],
+        "the order system's own record: the address and version are unchanged",
+    )
