@@ -61,7 +61,7 @@ docs-states: install
 	$(PY) -m config.statedoc
 
 docs-screenshots: install browser
-	DOCS_SCREENSHOTS=1 $(PY) -m pytest tests/browser/test_role_pages.py -q -p no:schemathesis
+	DOCS_SCREENSHOTS=1 $(PY) -m pytest tests/browser/test_role_pages.py tests/browser/test_kinds_browser.py -q -p no:schemathesis
 
 clean:
 	rm -rf var build *.egg-info

@@ -30,7 +30,7 @@ from lab.bench.context import Run
 from lab.bench.deployed_orders import DeployedOrderSystem
 from lab.bench.postgres import drop_database, reading_overhead
 from lab.bench.report import report
-from lab.bench.seeding import analyze, quiet
+from lab.bench.seeding import E2E_KINDS, analyze, quiet
 from lab.bench.series import Series, Skip, optional_module
 
 LISTS = "lab.bench.lists"
@@ -54,6 +54,12 @@ def add_arguments(parser: CommandParser) -> None:
         default=500,
         help="end-to-end applies per round (500, the backlog the issue's first measurement "
         "used: long enough that the workers' first statements are a small part of it)",
+    )
+    parser.add_argument(
+        "--e2e-kinds",
+        default=",".join(E2E_KINDS),
+        help="change kinds the end-to-end backlogs take in turn, comma separated "
+        f"({','.join(E2E_KINDS)})",
     )
     parser.add_argument("--pgbench-seconds", type=int, default=3, help="pgbench -T per run (3)")
     parser.add_argument(
@@ -112,6 +118,15 @@ def list_sizes(options: dict[str, Any]) -> tuple[int, ...]:
     return sizes
 
 
+def e2e_kinds(options: dict[str, Any]) -> tuple[str, ...]:
+    """The checked ``--e2e-kinds``."""
+    chosen = tuple(code.strip() for code in options["e2e_kinds"].split(",") if code.strip())
+    unknown = [code for code in chosen if code not in E2E_KINDS]
+    if not chosen or unknown:
+        raise CommandError(f"--e2e-kinds: some of {', '.join(E2E_KINDS)} (not {unknown})")
+    return chosen
+
+
 def start_run(out: Any, name: str, options: dict[str, Any]) -> Run:
     """Print what the run measures, then take the readings' own cost and quiet the database."""
     run_id = uuid.uuid4().hex[:8]
@@ -121,7 +136,8 @@ def start_run(out: Any, name: str, options: dict[str, Any]) -> Run:
     log_dir.mkdir(parents=True, exist_ok=True)
     # Restore detection remembers this database's epoch outside it: keep the bench's own.
     settings.HOLDFAST_STATE_DIR = str(log_dir / "state")
-    mode = end_to_end.mode()
+    kinds_in_turn = e2e_kinds(options)
+    mode = f"{end_to_end.mode()}; kinds in turn: {', '.join(kinds_in_turn)}"
     out.write(
         f"bench on {name} (run {run_id}): {options['rounds']} rounds, {options['cases']} "
         f"claims, {options['noop_tasks']} no-op tasks, {options['raw_rows']} raw claims, "
@@ -137,6 +153,7 @@ def start_run(out: Any, name: str, options: dict[str, Any]) -> Run:
         e2e_mode=mode,
         out=out,
         overhead=reading_overhead(),
+        e2e_kinds=kinds_in_turn,
     )
     quiet()
     analyze()

@@ -125,3 +125,31 @@ class DeployedOrderSystem:
         ]
         if wrong:
             raise Skip(f"{len(wrong)} orders not changed exactly once: {wrong[:3]}")
+
+    def check_shows(self, changes: dict[str, dict[str, Any]]) -> None:
+        """Each order shows the change applied to it, by the order system's own rows: the
+        delivery date, the shipping address, or the cancelled status."""
+        with psycopg.connect(conninfo(self.database)) as conn:
+            rows = conn.execute(
+                "SELECT order_id, status, delivery_date::text, shipping_address "
+                "FROM orders_order WHERE order_id = ANY(%s)",
+                (list(changes),),
+            ).fetchall()
+        shown = {row[0]: row[1:] for row in rows}
+        wrong = []
+        for order_id, change in changes.items():
+            status, day, address = shown.get(order_id, (None, None, None))
+            kind = change.get("kind")
+            if kind == "delivery_date":
+                ok = day == change["delivery_date"]
+            elif kind == "shipping_address":
+                kept = {k: v for k, v in (address or {}).items() if v != ""}
+                ok = kept == {k: v for k, v in change["address"].items() if v != ""}
+            elif kind == "order_cancellation":
+                ok = status == "cancelled"
+            else:
+                ok = True  # a kind the bench does not know how to read back
+            if not ok:
+                wrong.append(f"{order_id} ({kind}): {status}, {day}, {address}")
+        if wrong:
+            raise Skip(f"{len(wrong)} orders do not show their change: {wrong[:3]}")

@@ -2,7 +2,9 @@
 
 - The safe apply: N approved cases applied by a real ``qcluster`` (``lab.bench.cluster``)
   against the order system (``lab.bench.deployed_orders``) on its own database; every order
-  checked to have changed exactly once by the order system's own records. Enqueued as two
+  checked to have changed exactly once by the order system's own records, and to show its
+  case's change. The cases take the run's change kinds in turn (``Run.e2e_kinds``: a delivery
+  date, a shipping address, an order cancellation). Enqueued as two
   ``reconciliation.tasks.apply_due`` (one per worker) when that task exists, else one
   ``apply_case`` per case. Before the work, the warmed cluster's idle rate (broker polling,
   sweeper) is measured over a window and subtracted; the raw figure is printed too. Write
@@ -31,7 +33,7 @@ from lab.bench.context import PendingOrders, Run
 from lab.bench.cpu import CpuSplit
 from lab.bench.deployed_orders import DeployedOrderSystem
 from lab.bench.postgres import STATS_IDLE_FLUSH, Counters, backends, counters, xact_commits
-from lab.bench.seeding import analyze, delivery_change, fixture, quiet, ready_case_seed
+from lab.bench.seeding import analyze, fixture, kind_change, quiet, ready_case_seed
 from lab.bench.series import Skip, has_task
 
 APPLY = "reconciliation.tasks.apply_case"
@@ -86,6 +88,7 @@ def approved_cases(
     now = timezone.now()
     expires = (now + dt.timedelta(minutes=settings.APPROVAL_DEFAULT_MINUTES)).replace(microsecond=0)
     order_ids = [f"ORD-E{run.run_id}-{number}-{i}" for i in range(count)]
+    kinds_in_turn = run.e2e_kinds or ("delivery_date",)
     orders.seed(
         accounts=[{"account_id": account.reference, "name": account.name, "access_active": True}],
         orders=[
@@ -101,8 +104,9 @@ def approved_cases(
     made: dict[int, str] = {}
     when = _Approved(requested=today + dt.timedelta(days=7), now=now, expires=expires)
     with transaction.atomic():
-        for order_id in order_ids:
-            made[_approved_case(run, order_id, seeded[order_id][0], when)] = order_id
+        for i, order_id in enumerate(order_ids):
+            kind = kinds_in_turn[i % len(kinds_in_turn)]
+            made[_approved_case(run, order_id, seeded[order_id][0], when, kind)] = order_id
     analyze()
     return made
 
@@ -116,11 +120,12 @@ class _Approved:
     expires: dt.datetime
 
 
-def _approved_case(run: Run, order_id: str, version: int, when: _Approved) -> int:
-    """One approved ready case on ``order_id`` at ``version``, with the product's operation
-    key and a real grant until ``when.expires``; its id."""
+def _approved_case(run: Run, order_id: str, version: int, when: _Approved, kind: str) -> int:
+    """One approved ready case of change kind ``kind`` on ``order_id`` at ``version``, with
+    the product's operation key and a real grant until ``when.expires``; its id."""
     from approvals.grants import grant_issue
     from approvals.models import Approval, Operation
+    from cases import kinds
     from cases.append_only import maintenance
     from cases.fencing import counter_next
     from cases.kinds import change_hash
@@ -140,15 +145,16 @@ def _approved_case(run: Run, order_id: str, version: int, when: _Approved) -> in
         approver=fx["approver"],
         now=when.now,
     )
-    key = f"DATE-{case_number}-1"  # the product's operation keys
+    key = f"{kinds.get(kind).key_prefix}-{case_number}-1"  # the product's operation keys
     approval_reference = f"AP-{counter_next('approval_number')}"
+    change = kinds.canonical(kind_change(kind, requested, case_number))
     Case.objects.filter(pk=case.pk).update(
         order_id=order_id,
-        change=delivery_change(requested),
+        kind=kind,
+        change=change,
         last_checked_order_version=version,
         next_check_at=None,
     )
-    change = delivery_change(requested)
     Operation.objects.filter(case=case).update(
         key=key, order_id=order_id, change=change, change_hash=change_hash(change)
     )
@@ -314,6 +320,7 @@ def apply_backlog(
     window = Window(idle_start=idle_start, before=before, after=counters(), stopping=stopping)
     burst = _others_burst(run, window)
     orders.check_changed_once(made, versions_before)
+    orders.check_shows(_changes_of(made))
     run.pending_orders = PendingOrders(
         before=before.commits.get(run.orders_db, 0),
         applies=count,
@@ -322,11 +329,34 @@ def apply_backlog(
     )
     _add_transactions(run, window, count, own, burst)
     run.write(
-        f"  end-to-end: {count} applies in {elapsed:.1f}s ({run.e2e_mode}; the cluster "
-        f"enqueued {queued} more tasks meanwhile), every order changed exactly once"
+        f"  end-to-end: {count} applies ({_kind_counts(made)}) in {elapsed:.1f}s "
+        f"({run.e2e_mode}; the cluster enqueued {queued} more tasks meanwhile), every order "
+        "changed exactly once and shows its change"
     )
     run.cluster_enqueued.append(queued)
     return count / elapsed
+
+
+def _changes_of(made: dict[int, str]) -> dict[str, dict[str, Any]]:
+    """Each order of ``made`` and the change its case asked for."""
+    from cases.models import Case
+
+    changes = Case.objects.filter(pk__in=list(made)).values_list("pk", "change")
+    return {made[pk]: change for pk, change in changes}
+
+
+def _kind_counts(made: dict[int, str]) -> str:
+    from django.db.models import Count
+
+    from cases.models import Case
+
+    counted = (
+        Case.objects.filter(pk__in=list(made))
+        .values_list("kind")
+        .annotate(n=Count("pk"))
+        .order_by("kind")
+    )
+    return ", ".join(f"{n} {kind}" for kind, n in counted)
 
 
 def orders_settle(run: Run, *, wait: bool) -> None:

@@ -27,8 +27,33 @@ if TYPE_CHECKING:
 
 
 def delivery_change(day: dt.date) -> dict[str, str]:
-    """The bench's change: a new delivery date (the kind the end-to-end rounds apply)."""
+    """The bench's change of the delivery date kind (the claims' cases carry it)."""
     return {"kind": "delivery_date", "delivery_date": day.isoformat()}
+
+
+# The kinds the end-to-end rounds apply, in turn (``--e2e-kinds``).
+E2E_KINDS = ("delivery_date", "shipping_address", "order_cancellation")
+
+
+def kind_change(code: str, day: dt.date, n: int) -> dict[str, Any]:
+    """The end-to-end backlog's change number ``n`` of kind ``code``: a delivery on ``day``, an
+    address of its own, or a cancellation (every order is open when seeded)."""
+    if code == "delivery_date":
+        return delivery_change(day)
+    if code == "shipping_address":
+        return {
+            "kind": code,
+            "address": {
+                "name": f"Bench customer {n}",
+                "line1": f"{n} Bench Street",
+                "city": "Leeds",
+                "postal_code": f"LS{n % 10} 1BE",
+                "country": "GB",
+            },
+        }
+    if code == "order_cancellation":
+        return {"kind": code, "reason_code": "customer_request"}
+    raise ValueError(f"the bench has no change of kind {code!r} (it knows {', '.join(E2E_KINDS)})")
 
 
 def ready_case_seed(

@@ -135,6 +135,11 @@ class OrderSystemControl:
         path = f"/_testing/accounts/{account_id}/access"
         return self._call("POST", path, json={"active": active})
 
+    def set_order(self, order_id: str, **fields: Any) -> dict:
+        """Change the order as the world outside Holdfast would (``status``,
+        ``shipping_address``; ``bump_version=False`` keeps its version and writes no event)."""
+        return self._call("POST", f"/_testing/orders/{order_id}", json=fields)
+
 
 def drill_day(n: int) -> dt.date:
     return timezone.localdate() + dt.timedelta(days=FIRST_DAY + n % DAYS)

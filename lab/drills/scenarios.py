@@ -975,3 +975,253 @@ def lookup(names: list[str] | None, *, fast: bool = False) -> list[Scenario]:
     if unknown:
         raise KeyError(", ".join(sorted(unknown)))
     return chosen
+
+
+# --- change kinds: a fault scenario per kind ------------------------------------------------
+# The scenarios above drill the delivery date kind. These open cases of the other kinds on the
+# same sandbox order: one open case per order and kind, and different kinds on one order may be
+# open together. A cancellation really closes the sandbox order, so every scenario here starts
+# and ends with the order open again (the seed changes no version and writes no event).
+
+# Scenario name -> the change kinds it drills (the delivery date kind: every scenario above).
+KIND_DRILLS: dict[str, tuple[str, ...]] = {}
+
+
+def kind_scenario(name: str, title: str, expectation: str, *, kinds: tuple[str, ...]):
+    KIND_DRILLS[name] = kinds
+    return scenario(name, title, expectation, fast=True)
+
+
+def drill_address(d: Drill, n: int = 0) -> dict:
+    """An address the sandbox order has never had: the run and the scenario name it."""
+    return {
+        "kind": "shipping_address",
+        "address": {
+            "name": f"Drill {d.name}"[:100],
+            "line1": f"{d.index * 10 + n} Drill Lane",
+            "line2": f"Run {d.run_id}",
+            "city": "Leeds",
+            "postal_code": f"LS{d.index % 10} {n}DR",
+            "country": "GB",
+        },
+    }
+
+
+def kind_case(d: Drill, change: dict, *, tag: str = "") -> Case:
+    """Open a drill case of ``change``'s kind on the sandbox order (closing one an earlier run
+    left open) and make it the drill's case."""
+    kind = change["kind"]
+    leftover = open_case_for(account=d.people.account, order_id=d.order_id, kind=kind)
+    if leftover is not None:
+        d.note(f"an earlier drill left {leftover.reference} open: {close_drill_case(leftover)}")
+    case, _ = case_open(
+        actor=SYSTEM,
+        account=d.people.account,
+        request_key=f"drill-{d.run_id}-{d.name}{tag}",
+        order_id=d.order_id,
+        kind=kind,
+        change=change,
+        note=f"Drill {d.name} (run {d.run_id}): {kind}",
+        drill=True,
+    )
+    d.current_case = case
+    d.note(f"drill case {case.reference} ({kind}) on sandbox order {d.order_id}")
+    return case
+
+
+def reopen_order(d: Drill) -> dict:
+    """The sandbox order open again (a cancellation drill closed it, or an earlier run did)."""
+    order = d.control.state(d.order_id)["order"]
+    if order["status"] != "open":
+        d.control.set_order(d.order_id, status="open", bump_version=False)
+        d.note(f"sandbox order {d.order_id} was {order['status']}: open again")
+    return d.control.state(d.order_id)["order"]
+
+
+def _address_effects(operations: list[dict]) -> int:
+    return sum(op["change"].get("kind") == "shipping_address" for op in operations)
+
+
+def order_effects(d: Drill) -> list[dict]:
+    """Every effect the order system recorded on the sandbox order."""
+    return d.control.state(d.order_id)["operations"]
+
+
+@kind_scenario(
+    "address_dropped_answer",
+    "Shipping address: the answer is lost after the order system applied it",
+    "The address change is held with its effect unknown; fence + consistent lookup find it "
+    "applied with the same change; the case settles from evidence and finishes with no second "
+    "write: one effect, and the order shows the new address.",
+    kinds=("shipping_address",),
+)
+def address_dropped_answer(d: Drill) -> None:
+    before = reopen_order(d)
+    change = drill_address(d)
+    kind_case(d, change)
+    d.to_review()
+    d.approve()
+    effects_before = len(order_effects(d))
+    d.control.set_fault("drop_after_commit", path_prefix=f"/orders/{d.order_id}/operations")
+    outcome = d.apply_worker().outcome()
+    d.note(f"worker (connection dropped after commit): {outcome}")
+    d.check(d.refresh().status == Status.HELD, "held with the effect unknown")
+    d.check(d.case.owner_id is not None and d.case.next_check_at, "held with an owner and a check")
+    ops = d.operations()
+    d.check(len(ops) == 1, f"the order system holds {d.key} once")
+    d.check(ops[0]["change"]["kind"] == "shipping_address", "the effect is an address change")
+    d.control.clear_faults()
+    d.check(d.reconcile() == "applied", "fence + consistent lookup: applied, the same change")
+    if d.case.status == Status.READY:
+        d.note(f"finishing worker: {d.apply_worker().outcome()}")
+    d.check(d.refresh().status == Status.DONE, "done from evidence")
+    d.check(len(d.operations()) == 1, f"still one effect for {d.key}: no second write")
+    d.check(
+        len(order_effects(d)) == effects_before + 1,
+        "the order holds one new effect in all (nothing else was written)",
+    )
+    order = d.control.state(d.order_id)["order"]
+    shown = {k: v for k, v in order["shipping_address"].items() if v}
+    d.check(
+        shown == {k: v for k, v in change["address"].items() if v},
+        f"the order ships to the new address ({order['shipping_address']['line1']})",
+    )
+    d.check(order["version"] == before["version"] + 1, "the order's version moved once")
+
+
+@kind_scenario(
+    "cancellation_voids_address_review",
+    "A cancellation applied while an address change on the same order awaits review",
+    "Both cases are open together on one order; the cancellation is approved and applied once "
+    "and the order is cancelled; the address change's proposal, read at the older version, is "
+    "invalidated; the address never reaches the order system.",
+    kinds=("order_cancellation", "shipping_address"),
+)
+def cancellation_voids_address_review(d: Drill) -> None:
+    reopen_order(d)
+    address = kind_case(d, drill_address(d), tag="-address")
+    d.to_review()
+    proposal = d.present(d.proposal(), "the address change has a proposal")
+    d.check(d.case.status == Status.AWAITING_REVIEW, "the address change awaits review")
+    state = d.control.state(d.order_id)
+    address_before = state["order"]["shipping_address"]
+    addresses_before = _address_effects(state["operations"])
+    try:
+        kind_case(d, {"kind": "order_cancellation", "reason_code": "customer_request"})
+        d.to_review()
+        d.approve()
+        outcome = d.apply_worker().outcome()
+        d.note(f"worker (cancellation): {outcome}")
+        d.check(d.refresh().status == Status.DONE, "the cancellation is done")
+        d.check(len(d.operations()) == 1, f"the order system holds {d.key} once")
+        d.check(
+            d.control.state(d.order_id)["order"]["status"] == "cancelled",
+            "the order system's own record: the order is cancelled",
+        )
+        d.current_case = address
+        # The order's webhook may reach the deployment first; either way the source check
+        # (or the inbound event) sees the newer version and voids the proposal.
+        d.note(f"source check of {address.reference}: {source_check(case_id=address.pk)}")
+        proposal.refresh_from_db()
+        d.check(
+            proposal.status == Proposal.Status.INVALIDATED,
+            f"the address proposal is invalidated ({proposal.get_status_display()})",
+        )
+        d.check(
+            d.refresh().status not in {Status.READY, Status.APPLYING, Status.DONE},
+            f"the address change cannot be applied ({d.case.get_status_display()})",
+        )
+        state = d.control.state(d.order_id)
+        d.check(
+            _address_effects(state["operations"]) == addresses_before
+            and state["order"]["shipping_address"] == address_before,
+            "the address never reached the order system",
+        )
+    finally:
+        d.current_case = address
+        reopen_order(d)
+
+
+@kind_scenario(
+    "cancellation_refused_not_open",
+    "A cancellation the order system refuses: the order shipped after the approval",
+    "The order ships at the same version after the cancellation was approved; the worker's "
+    "write is refused 409 order_not_open, a definite refusal: nothing applied, the case needs "
+    "a person, no retry writes; the order stays shipped.",
+    kinds=("order_cancellation",),
+)
+def cancellation_refused_not_open(d: Drill) -> None:
+    reopen_order(d)
+    try:
+        kind_case(d, {"kind": "order_cancellation", "reason_code": "duplicate"})
+        d.to_review()
+        d.approve()
+        version = d.control.state(d.order_id)["order"]["version"]
+        # Shipped by the warehouse at the same version: only the receiver's own check, in its
+        # applying transaction, can refuse the cancellation now.
+        d.control.set_order(d.order_id, status="shipped", bump_version=False)
+        d.note(f"sandbox order {d.order_id} shipped at version {version}")
+        outcome = d.apply_worker().outcome()
+        d.note(f"worker: {outcome}")
+        case = d.refresh()
+        d.check(
+            case.status == Status.NEEDS_ATTENTION,
+            f"a definite refusal: the case needs a person ({case.get_status_display()})",
+        )
+        d.check("order_not_open" in (case.last_error + outcome), "refused with order_not_open")
+        d.check(d.operations() == [], f"nothing applied for {d.key}")
+        again = d.apply_worker().outcome()
+        d.note(f"another worker: {again}")
+        d.check(d.operations() == [], "no retry wrote anything")
+        order = d.control.state(d.order_id)["order"]
+        d.check(
+            order["status"] == "shipped" and order["version"] == version,
+            "the order system's own record: still shipped, same version",
+        )
+    finally:
+        reopen_order(d)
+
+
+@kind_scenario(
+    "address_country_refused",
+    "Shipping address: a country the order system does not ship to",
+    "The approver is told before approving that the order system does not ship there; the "
+    "write is refused 422 invalid_field, a definite refusal: nothing applied, the case needs "
+    "corrected input, and the order keeps its address.",
+    kinds=("shipping_address",),
+)
+def address_country_refused(d: Drill) -> None:
+    served = d.control.client.get("/capabilities").json().get("ship_to_countries") or []
+    country = next((c for c in ("US", "CA", "AU", "JP", "BR") if c not in served), None)
+    if country is None:
+        raise Skip("the order system ships to every country this drill would try")
+    reopen_order(d)
+    before = d.control.state(d.order_id)["order"]
+    change = drill_address(d)
+    change["address"]["country"] = country
+    kind_case(d, change)
+    d.to_review()
+    proposal = d.present(d.proposal(), "an address proposal awaits review")
+    d.check(
+        f"does not ship to {country}" in proposal.advisory_note,
+        f"the approver is told first: {proposal.advisory_note}",
+    )
+    d.approve()
+    outcome = d.apply_worker().outcome()
+    d.note(f"worker: {outcome}")
+    case = d.refresh()
+    d.check(
+        case.status == Status.NEEDS_ATTENTION,
+        f"a definite refusal: the case needs corrected input ({case.get_status_display()})",
+    )
+    d.check(
+        "invalid_field" in case.last_error,
+        f"refused as invalid input, not retried: {case.last_error}",
+    )
+    d.check(d.operations() == [], f"nothing applied for {d.key}")
+    order = d.control.state(d.order_id)["order"]
+    d.check(
+        order["shipping_address"] == before["shipping_address"]
+        and order["version"] == before["version"],
+        "the order system's own record: the address and version are unchanged",
+    )

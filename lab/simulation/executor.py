@@ -61,6 +61,25 @@ from reconciliation.restore_detection import RecoveryRequired
 from reconciliation.settle import case_reconcile
 
 GRACE = dt.timedelta(seconds=5)
+CANCEL_REASONS = ("customer_request", "duplicate", "fraud_suspected", "other")
+# What the reference order system gives an order seeded without an address
+# (orders.services.SEED_ADDRESS); the simulation seeds it explicitly.
+SEED_ADDRESS = {
+    "name": "Goods In",
+    "line1": "1 Dock Road",
+    "line2": "",
+    "city": "Bristol",
+    "postal_code": "BS1 6XX",
+    "country": "GB",
+}
+
+
+def describe_change(change: dict) -> str:
+    if change["kind"] == "shipping_address":
+        return f"address {change['address']['line1']}"
+    if change["kind"] == "order_cancellation":
+        return f"cancellation ({change['reason_code']})"
+    return str(change["delivery_date"])
 
 
 def _operation_key(approval: Approval) -> str:
@@ -98,6 +117,8 @@ class Journal:
     late_writes: list[dict] = field(default_factory=list)
     applying_without_attempt: list[str] = field(default_factory=list)
     held_without_owner: list[str] = field(default_factory=list)
+    # order id -> when it shipped (the order system refuses every change after).
+    shipped: dict[str, dt.datetime] = field(default_factory=dict)
 
 
 class SimClient(OrderSystemClient):
@@ -147,7 +168,28 @@ class Executor:
     # --- helpers ---------------------------------------------------------------------------
 
     def order_id(self, index: int) -> str:
-        return f"ORD-S{index + 1}"
+        """The order case ``index`` works on (cases of different kinds may share one)."""
+        shared = self.schedule.get("orders") or range(self.schedule["cases"])
+        return f"ORD-S{shared[index] + 1}"
+
+    def order_ids(self) -> list[str]:
+        """The schedule's orders, each once."""
+        return sorted({self.order_id(i) for i in range(self.schedule["cases"])})
+
+    def kind_of(self, index: int) -> str:
+        return (self.schedule.get("kinds") or ["delivery_date"] * (index + 1))[index]
+
+    def seeded(self) -> dict[str, dict]:
+        """Each order's fields as ``seed_orders`` sets them (what no effect has touched)."""
+        day = timezone.localdate() + dt.timedelta(days=3)
+        return {
+            order: {
+                "status": "open",
+                "delivery_date": day.isoformat(),
+                "shipping_address": dict(SEED_ADDRESS),
+            }
+            for order in self.order_ids()
+        }
 
     def case(self, index: int) -> Case | None:
         pk = self.case_pks[index]
@@ -162,11 +204,11 @@ class Executor:
             accounts=[{"account_id": self.world.account.reference, "name": "Sim"}],
             orders=[
                 {
-                    "order_id": self.order_id(i),
+                    "order_id": order,
                     "account_id": self.world.account.reference,
-                    "delivery_date": str(today + dt.timedelta(days=3)),
+                    **fields,
                 }
-                for i in range(self.schedule["cases"])
+                for order, fields in self.seeded().items()
             ],
             slots=[
                 # The dates a schedule can ask for (7-9 days out; 5-20 after a change).
@@ -179,6 +221,7 @@ class Executor:
 
     def run(self) -> None:
         for number, step in enumerate(self.schedule["steps"]):
+            self.ship_due(number)
             try:
                 outcome = getattr(self, f"step_{step['kind']}")(step)
             except (Paused, Killed) as signal:  # pragma: no cover - caught in the steps
@@ -187,6 +230,23 @@ class Executor:
             if step["kind"] not in {"fault", "snapshot", "order_changed", "lease_expiry"}:
                 self.capture()
             self.check_states(number)
+        self.ship_due(len(self.schedule["steps"]))
+
+    def ship_due(self, number: int) -> None:
+        """The orders that ship before step ``number`` (``schedule["ships"]``): an open order
+        becomes shipped at its version, as a warehouse would; what comes after is refused by
+        the receiver alone."""
+        for at, case in self.schedule.get("ships", []):
+            if at != number:
+                continue
+            order = self.order_id(case)
+            status = self.orders.state(order)["order"]["status"]
+            if status != "open":
+                self.log.append(f"   {order} would ship: it is {status}")
+                continue
+            self.orders.set_order(order, status="shipped", bump_version=False)
+            self.journal.shipped[order] = timezone.now()
+            self.log.append(f"   {order} shipped (same version)")
 
     def capture(self) -> None:
         """Copy what the records show now into the journal (a restore may erase it later)."""
@@ -274,17 +334,41 @@ class Executor:
 
     def step_intake(self, step: dict) -> str:
         index = step["case"]
-        day = timezone.localdate() + dt.timedelta(days=7 + index)
-        case, created = case_open(
-            actor=SYSTEM,
-            account=self.world.account,
-            request_key=f"sim-{index}",
-            order_id=self.order_id(index),
-            kind="delivery_date",
-            change={"kind": "delivery_date", "delivery_date": day.isoformat()},
-        )
+        kind = self.kind_of(index)
+        try:
+            case, created = case_open(
+                actor=SYSTEM,
+                account=self.world.account,
+                request_key=f"sim-{index}",
+                order_id=self.order_id(index),
+                kind=kind,
+                change=self.change_for(index, 7 + index),
+            )
+        except CaseError as exc:
+            return f"intake refused: {exc.code}"
         self.case_pks[index] = case.pk
-        return f"intake {case.reference} ({'new' if created else 'same case'})"
+        return f"intake {case.reference} {kind} ({'new' if created else 'same case'})"
+
+    def change_for(self, index: int, days: int) -> dict:
+        """Case ``index``'s change, variant ``days``: a delivery ``days`` out; an address
+        numbered ``days`` (another street for another variant); a cancellation reason that
+        turns with ``days``."""
+        kind = self.kind_of(index)
+        if kind == "shipping_address":
+            return {
+                "kind": kind,
+                "address": {
+                    "name": f"Sim Customer {index + 1}",
+                    "line1": f"{days} Harbour Road",
+                    "city": "Leeds",
+                    "postal_code": f"LS{index + 1} {days % 10}AB",
+                    "country": "GB",
+                },
+            }
+        if kind == "order_cancellation":
+            return {"kind": kind, "reason_code": CANCEL_REASONS[days % len(CANCEL_REASONS)]}
+        day = timezone.localdate() + dt.timedelta(days=days)
+        return {"kind": "delivery_date", "delivery_date": day.isoformat()}
 
     def _source_check(self, case: Case) -> str:
         from reconciliation.sources import source_check
@@ -438,20 +522,17 @@ class Executor:
         case = self.case(step["case"])
         if case is None:
             return "no case"
-        date = timezone.localdate() + dt.timedelta(days=step["days"])
+        change = self.change_for(step["case"], step["days"])
         before = case.change
         try:
             case = case_change_intent(
-                case=case,
-                actor=self.world.lead,
-                change={"kind": "delivery_date", "delivery_date": date.isoformat()},
-                reason="Another date",
+                case=case, actor=self.world.lead, change=change, reason="Another change"
             )
         except CaseError as exc:
             return f"change refused: {exc.code}"
         if case.change != before:
             self.journal.intent_changes.append({"case": step["case"], "at": timezone.now()})
-            return f"intent changed to {date}"
+            return f"intent changed to {describe_change(change)}"
         return "same intent"
 
     def step_fault(self, step: dict) -> str:

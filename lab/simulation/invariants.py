@@ -4,6 +4,9 @@
 bad outcome. The order system's records (``/_testing/orders/{id}/state``: its applied
 operations with key, fencing token, approval id and time, its outbox of effects, its fence) are
 the ground truth; Holdfast's records and the simulation's journal say what was allowed.
+
+Every change kind is judged by the same rules, and each by the order's own record of what it
+changes (``order_fields``): the delivery date, the shipping address, the status (a cancellation).
 """
 
 from __future__ import annotations
@@ -35,6 +38,11 @@ class Records:
     applying_after_leases: list[str] = field(default_factory=list)
     # Checked only after the final sweep: uncertain cases must be held.
     check_uncertain: bool = True
+    # order id -> when it shipped (its status then stays shipped unless cancelled before).
+    shipped: dict[str, dt.datetime] = field(default_factory=dict)
+    # order id -> its fields as seeded ({status, delivery_date, shipping_address}): what the
+    # order shows until an effect changes it.
+    seeded: dict[str, dict] = field(default_factory=dict)
 
 
 def _time(value) -> dt.datetime:
@@ -166,6 +174,20 @@ def check(records: Records) -> list[str]:
     ]
     violations += [f"held without a person or next check: {r}" for r in records.held_without_owner]
 
+    # 8. Exactly once, in the order's own records: a done case's operations produced exactly
+    # one effect, and each order shows what its last effect of each kind set (the seed where
+    # none did): a cancellation applied means the order is cancelled, and nothing is applied
+    # to an order after its cancellation or after it shipped (the receiver refuses an order
+    # that is not open).
+    for case in records.cases:
+        mine = by_case.get(case["index"], [])
+        if case["status"] == "done" and len(mine) != 1:
+            violations.append(
+                f"done without exactly one effect: {case['reference']} is done with "
+                f"{len(mine)} effect(s) of its operations"
+            )
+    violations += order_fields(records, found)
+
     # 7. Every attempt of a case carries the same operation key until the intent changes.
     per_case: dict[int, list[dict]] = {}
     for attempt in records.attempts.values():
@@ -184,6 +206,73 @@ def check(records: Records) -> list[str]:
                     f"new key without a new intent: {before['reference']} served "
                     f"{before['operation_key']}, then {after['reference']} served "
                     f"{after['operation_key']}"
+                )
+    return violations
+
+
+def _address(value) -> dict | None:
+    """An address as compared: the order system keeps an absent ``line2`` as ""."""
+    if not isinstance(value, dict):
+        return value
+    return {k: v for k, v in value.items() if not (k == "line2" and v == "")}
+
+
+# Change kind -> (the order's field it sets, the value an applied change sets it to).
+_SETS = {
+    "delivery_date": ("delivery_date", lambda change: change["delivery_date"]),
+    "shipping_address": ("shipping_address", lambda change: _address(change["address"])),
+    "order_cancellation": ("status", lambda change: "cancelled"),
+}
+
+
+def order_fields(records: Records, found: list[dict]) -> list[str]:
+    """Each seeded order's fields against its effects, in the order system's version order."""
+    violations: list[str] = []
+    for order_id, seeded in records.seeded.items():
+        order = records.orders.get(order_id, {}).get("order")
+        if order is None:
+            continue
+        applied = sorted(
+            (e for e in found if e["order_id"] == order_id), key=lambda e: e["order_version"]
+        )
+        expected = {
+            "status": seeded["status"],
+            "delivery_date": seeded["delivery_date"],
+            "shipping_address": _address(seeded["shipping_address"]),
+        }
+        closed_by = None
+        shipped = records.shipped.get(order_id)
+        for effect in applied:
+            kind = effect["change"].get("kind", "delivery_date")
+            if shipped is not None and effect["at"] > _time(shipped):
+                violations.append(
+                    f"effect on a shipped order: {effect['operation_key']} ({kind}) applied "
+                    f"to {order_id} after it shipped at {_time(shipped):%H:%M:%S.%f}"
+                )
+            if closed_by is not None:
+                violations.append(
+                    f"effect on a cancelled order: {effect['operation_key']} ({kind}) applied "
+                    f"to {order_id} after {closed_by} cancelled it"
+                )
+            if kind not in _SETS:
+                violations.append(f"unknown kind: {effect['operation_key']} applied {kind}")
+                continue
+            name, value = _SETS[kind]
+            expected[name] = value(effect["change"])
+            if kind == "order_cancellation" and closed_by is None:
+                closed_by = effect["operation_key"]
+        if shipped is not None and closed_by is None:
+            expected["status"] = "shipped"
+        shown = {
+            "status": order.get("status"),
+            "delivery_date": order.get("delivery_date"),
+            "shipping_address": _address(order.get("shipping_address")),
+        }
+        for name, value in expected.items():
+            if shown[name] != value:
+                violations.append(
+                    f"order fields: {order_id} shows {name} {shown[name]!r} after "
+                    f"{len(applied)} effect(s); its effects set {value!r}"
                 )
     return violations
 

@@ -22,8 +22,8 @@ from django.db import transaction
 from django.test import override_settings
 
 from lab.simulation.executor import Executor, SimClient
-from lab.simulation.generator import generate
-from lab.simulation.invariants import Records, check
+from lab.simulation.generator import CHANGE_KINDS, generate
+from lab.simulation.invariants import Records, check, effects
 
 PROBE_ORDER = "ORD-PROBE"
 
@@ -43,10 +43,29 @@ class Outcome:
     violations: int = 0
     seconds: float = 0.0
     failures: list[str] = field(default_factory=list)
+    # Change kind -> schedules that had a case of it, and effects of it the order system applied.
+    kinds: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHANGE_KINDS, 0))
+    effects: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CHANGE_KINDS, 0))
+    shared_orders: int = 0
+    shipped: int = 0  # orders that shipped mid-schedule (changes after: refused)
 
     @property
     def summary(self) -> str:
         return f"{self.schedules} schedules, {self.violations} violations"
+
+    @property
+    def per_kind(self) -> str:
+        """``per kind: delivery_date 115 schedules (80 applied) …``."""
+        parts = [
+            f"{kind} {self.kinds.get(kind, 0)} schedules ({self.effects.get(kind, 0)} applied)"
+            for kind in CHANGE_KINDS
+        ]
+        return (
+            "per kind: "
+            + ", ".join(parts)
+            + f"; {self.shared_orders} with two kinds on one order; {self.shipped} orders "
+            "shipped mid-schedule"
+        )
 
 
 def world_setup(orders) -> World:
@@ -85,6 +104,11 @@ def world_setup(orders) -> World:
     profile = order_system_probe(sandbox_order_id=PROBE_ORDER)
     if profile.autonomy != "autonomous":
         raise RuntimeError(f"The order system is not autonomous: {profile.evidence}")
+    review_only = [k for k in CHANGE_KINDS if profile.autonomy_of(k) != "autonomous"]
+    if review_only:
+        raise RuntimeError(
+            f"The probe left {', '.join(review_only)} review only: {profile.evidence}"
+        )
     return World(team, lead, backup, approver, account)
 
 
@@ -145,24 +169,24 @@ def _records(executor: Executor, **extra) -> Records:
                 ],
             }
         )
-    states = {
-        executor.order_id(i): executor.orders.state(executor.order_id(i))
-        for i in range(executor.schedule["cases"])
-    }
+    states = {order: executor.orders.state(order) for order in executor.order_ids()}
     journal = {
         f.name: getattr(executor.journal, f.name) for f in dataclasses.fields(executor.journal)
     }
-    return Records(orders=states, cases=cases, **journal, **extra)
+    return Records(orders=states, cases=cases, seeded=executor.seeded(), **journal, **extra)
 
 
 def run_one(
     schedule: dict, *, world: World, orders, clients, state_dir: Path
-) -> tuple[list[str], list[str]]:
-    """Run one schedule; returns (violations, the step log)."""
+) -> tuple[list[str], list[str], list[str], int]:
+    """Run one schedule; returns (violations, the step log, the kinds of the effects the order
+    system applied, how many orders shipped)."""
     orders.reset()
     executor = Executor(world=world, orders=orders, clients=clients, schedule=schedule)
     executor.seed_orders()
     violations: list[str] = []
+    applied: list[str] = []
+    shipped = 0
     try:
         with override_settings(HOLDFAST_STATE_DIR=str(state_dir)), transaction.atomic():
             try:
@@ -173,12 +197,14 @@ def run_one(
                 executor.drain()
                 settled = _records(executor, check_uncertain=False)
                 violations += [v for v in check(settled) if v not in violations]
+                applied = [e["change"].get("kind", "?") for e in effects(settled)]
+                shipped = len(settled.shipped)
             finally:
                 transaction.set_rollback(True)
     except Exception as exc:  # noqa: BLE001 - a crash of a service is a finding too
         violations.append(f"crashed: {type(exc).__name__}: {exc}")
         executor.log.append(traceback.format_exc(limit=6))
-    return violations, executor.log
+    return violations, executor.log, applied, shipped
 
 
 def run_schedules(
@@ -206,7 +232,7 @@ def run_schedules(
         with tempfile.TemporaryDirectory(prefix="holdfast-sim-") as tmp:
             for index in indexes:
                 schedule = generate(seed, index)
-                violations, log = run_one(
+                violations, log, applied, shipped = run_one(
                     schedule,
                     world=world,
                     orders=orders,
@@ -214,13 +240,21 @@ def run_schedules(
                     state_dir=Path(tmp) / str(index),
                 )
                 outcome.schedules += 1
+                for kind in set(schedule["kinds"]):
+                    outcome.kinds[kind] = outcome.kinds.get(kind, 0) + 1
+                outcome.shipped += shipped
+                for kind in applied:
+                    outcome.effects[kind] = outcome.effects.get(kind, 0) + 1
+                if len(set(schedule["orders"])) < schedule["cases"]:
+                    outcome.shared_orders += 1
                 if violations:
                     outcome.violations += len(violations)
                     report = [
                         f"seed={seed} schedule={index}: {len(violations)} violation(s) "
                         f"(replay: manage.py simulate --seed {seed} --only {index})",
                         *(f"  ! {v}" for v in violations),
-                        f"  {schedule['cases']} case(s), steps:",
+                        f"  {schedule['cases']} case(s) of kinds {schedule['kinds']} on orders "
+                        f"{[f'ORD-S{o + 1}' for o in schedule['orders']]}, steps:",
                         *(f"    {line}" for line in log),
                     ]
                     outcome.failures.append("\n".join(report))
@@ -231,6 +265,7 @@ def run_schedules(
                         progress(f"    {line}")
                 if every and outcome.schedules % every == 0:
                     progress(f"{outcome.summary} ({time.monotonic() - started:.1f} s)")
+                    progress(f"  {outcome.per_kind}")
     finally:
         for name in names:
             clients[name].close()

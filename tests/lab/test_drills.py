@@ -62,3 +62,23 @@ def test_every_drill_passes_and_is_reported(autonomous, tmp_path, account):
             kind="delivery_date",
             change={"kind": "delivery_date", "delivery_date": drill_day(1).isoformat()},
         )
+
+
+def test_every_change_kind_has_a_fault_drill_and_they_pass(autonomous, tmp_path):
+    """Issue 23: the drills run at least one fault scenario per kind (the delivery date kind:
+    every scenario before the kinds'). Run alone here, so a failure names its kind."""
+    from cases import kinds
+    from lab.drills.scenarios import KIND_DRILLS
+
+    covered = {kind for drilled in KIND_DRILLS.values() for kind in drilled} | {"delivery_date"}
+    assert covered >= {kind.code for kind in kinds.kinds()}
+
+    output, report = _drill(tmp_path, *KIND_DRILLS)
+
+    outcomes = {r["name"]: r["outcome"] for r in report["results"]}
+    failed = "\n\n".join(
+        f"{r['name']}: {r['outcome']}\n{json.dumps(r, indent=1, default=str)}"
+        for r in report["results"]
+        if r["outcome"] != "PASS"
+    )
+    assert outcomes == dict.fromkeys(KIND_DRILLS, "PASS"), f"{failed}\n\n{output}"

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from lab.simulation.generator import generate
+from lab.simulation.generator import CHANGE_KINDS, generate
 from lab.simulation.invariants import Records, check
 
 pytestmark = pytest.mark.order_system
@@ -38,9 +38,15 @@ def test_200_random_schedules_hold_every_invariant(simulation, capsys):
     )
 
     with capsys.disabled():
-        print(f"\n{outcome.summary} in {outcome.seconds:.1f} s")
+        print(f"\n{outcome.summary} in {outcome.seconds:.1f} s\n{outcome.per_kind}")
     assert outcome.schedules == SCHEDULES
     assert outcome.failures == []
+    # Every kind was drawn and really applied, and kinds raced each other on one order.
+    for kind in CHANGE_KINDS:
+        assert outcome.kinds[kind] >= SCHEDULES // 5, outcome.per_kind
+        assert outcome.effects[kind] >= SCHEDULES // 20, outcome.per_kind
+    assert outcome.shared_orders >= SCHEDULES // 20, outcome.per_kind
+    assert outcome.shipped >= SCHEDULES // 20, outcome.per_kind
 
 
 def test_a_schedule_is_a_pure_function_of_seed_and_index():
@@ -60,13 +66,49 @@ def test_a_schedule_is_a_pure_function_of_seed_and_index():
     assert max(random_steps) <= 30
 
 
-def _effect(key: str, token: int, approval: str = "AP-1", at: dt.datetime = T0) -> dict:
+def test_every_case_draws_a_kind_and_one_order_never_holds_two_cases_of_one_kind():
+    schedules = [generate(20261201, i) for i in range(200)]
+    drawn = {kind for s in schedules for kind in s["kinds"]}
+    shared = 0
+    for schedule in schedules:
+        assert len(schedule["kinds"]) == len(schedule["orders"]) == schedule["cases"]
+        pairs = list(zip(schedule["orders"], schedule["kinds"], strict=True))
+        assert len(set(pairs)) == len(pairs), schedule
+        shared += len(set(schedule["orders"])) < schedule["cases"]
+
+    assert drawn == set(CHANGE_KINDS)
+    assert shared >= 10
+    ships = [ship for s in schedules for ship in s["ships"]]
+    assert len(ships) >= 20
+    for schedule in schedules:
+        for at, case in schedule["ships"]:
+            assert 0 <= at <= len(schedule["steps"])
+            assert case in schedule["orders"]
+
+
+ADDRESS = {
+    "name": "Goods In",
+    "line1": "1 Dock Road",
+    "city": "Bristol",
+    "postal_code": "BS1 6XX",
+    "country": "GB",
+}
+
+
+def _effect(
+    key: str,
+    token: int,
+    approval: str = "AP-1",
+    at: dt.datetime = T0,
+    change: dict | None = None,
+    version: int = 2,
+) -> dict:
     return {
         "operation_key": key,
         "order_id": "ORD-S1",
         "status": "applied",
-        "order_version": 2,
-        "change": {"kind": "delivery_date", "delivery_date": "2026-12-08"},
+        "order_version": version,
+        "change": change or {"kind": "delivery_date", "delivery_date": "2026-12-08"},
         "fencing_token": token,
         "approval_id": approval,
         "created_at": at.isoformat(),
@@ -76,7 +118,16 @@ def _effect(key: str, token: int, approval: str = "AP-1", at: dt.datetime = T0) 
 def _good() -> Records:
     return Records(
         orders={
-            "ORD-S1": {"operations": [_effect("DATE-1-1", 5)], "events": [{}], "fence_token": 5}
+            "ORD-S1": {
+                "operations": [_effect("DATE-1-1", 5)],
+                "events": [{}],
+                "fence_token": 5,
+                "order": {
+                    "status": "open",
+                    "delivery_date": "2026-12-08",
+                    "shipping_address": {**ADDRESS, "line2": ""},
+                },
+            }
         },
         cases=[
             {
@@ -109,7 +160,11 @@ def _good() -> Records:
             }
         },
         operations={"DATE-1-1": {"case": 0, "order_id": "ORD-S1"}},
+        seeded={"ORD-S1": {**SEEDED}},
     )
+
+
+SEEDED = {"status": "open", "delivery_date": "2026-12-04", "shipping_address": dict(ADDRESS)}
 
 
 def test_the_checker_passes_a_clean_outcome():
@@ -216,3 +271,115 @@ def test_restored_records_never_cancel_or_return_to_review_an_applied_change(sim
     )
 
     assert outcome.failures == []
+
+
+def _second_case(records: Records, key: str, change: dict, version: int, case: int = 1) -> None:
+    """Case ``case`` on ORD-S1 (another kind), approved, applied as ``key`` and done."""
+    at = T0 + dt.timedelta(seconds=version)
+    records.orders["ORD-S1"]["operations"].append(
+        _effect(key, 10 + version, approval=f"AP-{key}", at=at, change=change, version=version)
+    )
+    records.orders["ORD-S1"]["events"].append({})
+    records.operations[key] = {"case": case, "order_id": "ORD-S1"}
+    records.attempts[10 + version] = {
+        "case": case,
+        "reference": f"D-2-a{version}",
+        "token": 10 + version,
+        "operation_key": key,
+        "claimed_at": at - dt.timedelta(seconds=1),
+    }
+    records.approvals[10 + version] = {
+        "reference": f"AP-{key}",
+        "case": case,
+        "operation_key": key,
+        "order_id": "ORD-S1",
+        "change": change,
+        "expires_at": at + dt.timedelta(hours=4),
+        "revoked_at": None,
+    }
+    records.cases.append(
+        {
+            "index": case,
+            "reference": f"D-{case + 1}",
+            "status": "done",
+            "owner_id": 1,
+            "next_check_at": None,
+            "operations": [{"key": key, "confirmed": True, "retired": False}],
+        }
+    )
+
+
+NEW_ADDRESS = {
+    "kind": "shipping_address",
+    "address": {**ADDRESS, "line1": "9 Harbour Road", "city": "Leeds"},
+}
+CANCEL = {"kind": "order_cancellation", "reason_code": "customer_request"}
+
+
+def test_the_checker_passes_an_address_change_and_a_cancellation_the_order_shows():
+    records = _good()
+    _second_case(records, "ADDR-2-1", NEW_ADDRESS, version=3)
+    records.orders["ORD-S1"]["order"]["shipping_address"] = {**NEW_ADDRESS["address"], "line2": ""}
+    assert check(records) == []
+
+    _second_case(records, "CANCEL-3-1", CANCEL, version=4, case=2)
+    records.orders["ORD-S1"]["order"]["status"] = "cancelled"
+    assert check(records) == []
+
+
+def test_the_checker_finds_an_order_whose_fields_disagree_with_its_effects():
+    address_lost = _good()
+    _second_case(address_lost, "ADDR-2-1", NEW_ADDRESS, version=3)
+    cancelled_unseen = _good()
+    _second_case(cancelled_unseen, "CANCEL-2-1", CANCEL, version=3)
+    cancelled_from_nowhere = _good()
+    cancelled_from_nowhere.orders["ORD-S1"]["order"]["status"] = "cancelled"
+
+    assert any(
+        v.startswith("order fields: ORD-S1 shows shipping_address") for v in check(address_lost)
+    )
+    assert any(
+        v.startswith("order fields: ORD-S1 shows status 'open'") for v in check(cancelled_unseen)
+    )
+    assert any(
+        v.startswith("order fields: ORD-S1 shows status 'cancelled'")
+        for v in check(cancelled_from_nowhere)
+    )
+
+
+def test_the_checker_finds_an_effect_after_a_cancellation_and_a_done_case_without_one():
+    late = _good()
+    late.orders["ORD-S1"]["operations"][0]["order_version"] = 4
+    _second_case(late, "CANCEL-2-1", CANCEL, version=3)
+    late.orders["ORD-S1"]["order"]["status"] = "cancelled"
+    never_applied = _good()
+    never_applied.orders["ORD-S1"]["operations"] = []
+    never_applied.orders["ORD-S1"]["events"] = []
+    never_applied.orders["ORD-S1"]["order"]["delivery_date"] = "2026-12-04"
+
+    assert any(
+        v.startswith("effect on a cancelled order: DATE-1-1 (delivery_date)") for v in check(late)
+    )
+    assert any(
+        v.startswith("done without exactly one effect: D-1 is done with 0")
+        for v in check(never_applied)
+    )
+
+
+def test_the_checker_finds_an_effect_on_a_shipped_order_and_knows_a_shipped_one():
+    shipped_before = _good()
+    shipped_before.shipped["ORD-S1"] = T0 - dt.timedelta(seconds=1)
+    shipped_before.orders["ORD-S1"]["order"]["status"] = "shipped"
+    shipped_after = _good()
+    shipped_after.shipped["ORD-S1"] = T0 + dt.timedelta(seconds=1)
+    shipped_after.orders["ORD-S1"]["order"]["status"] = "shipped"
+
+    assert any(
+        v.startswith("effect on a shipped order: DATE-1-1 (delivery_date)")
+        for v in check(shipped_before)
+    )
+    assert check(shipped_after) == []
+    shipped_after.orders["ORD-S1"]["order"]["status"] = "open"
+    assert any(
+        v.startswith("order fields: ORD-S1 shows status 'open'") for v in check(shipped_after)
+    )

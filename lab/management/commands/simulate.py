@@ -4,8 +4,9 @@ Creates its own databases (Holdfast's and the order system's, ``holdfast_sim_<pi
 ``holdfast_sim_<pid>_orders``) on the PostgreSQL server of ``TEST_DATABASE_URL`` (default the
 local one), migrates Holdfast's, starts one order system process on the other, runs the
 schedules, and drops both databases at the end (also on Ctrl-C). Prints progress every 50
-schedules and ends with ``N schedules, V violations``; a failing schedule is printed with its
-seed, index and steps, and replays exactly with ``--seed S --only K``.
+schedules and ends with ``N schedules, V violations`` and the schedules (and applied effects)
+per change kind; a failing schedule is printed with its seed, index, kinds and steps, and
+replays exactly with ``--seed S --only K``.
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ class Command(BaseCommand):
                 show_steps=show_steps,
             )
         self.stdout.write(f"{outcome.summary} in {outcome.seconds:.1f} s")
+        self.stdout.write(outcome.per_kind)
         return outcome
 
 
