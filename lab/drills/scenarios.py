@@ -883,7 +883,7 @@ def _dispatch_own_case(d: Drill, broker, *, lease: float) -> bool:
     "database (a due next check), never stranded waiting on a worker.",
 )
 def redis_worker_death(d: Drill) -> None:
-    """Runs on any deployment: the drill starts its own ``manage.py qcluster`` with the Redis
+    """Runs on any deployment: the drill starts its own ``manage.py run_cluster`` with the Redis
     broker (``REDIS_URL`` at a free database of the Redis at the deployment's ``REDIS_URL``, or
     127.0.0.1:6379) against this deployment's database. Its worker is stopped (SIGSTOP) inside
     ``prepare_proposal`` (``PREPARE_TEST_DELAY_SECONDS``: the task has started and logged its
