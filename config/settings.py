@@ -604,7 +604,11 @@ PREPARE_TEST_DELAY_SECONDS = env_float("PREPARE_TEST_DELAY_SECONDS", 0.0, minimu
 if PRODUCTION and PREPARE_TEST_DELAY_SECONDS:
     raise ImproperlyConfigured("PREPARE_TEST_DELAY_SECONDS is for tests only.")
 ATTEMPT_LIMIT = env_int("ATTEMPT_LIMIT", 5, minimum=1)
-# After a hold, how soon reconciliation looks first.
-HOLD_FIRST_CHECK_SECONDS = env_float("HOLD_FIRST_CHECK_SECONDS", 30.0, minimum=0.0)
+# After a hold (a worker's lease ran out, a restore), how soon reconciliation looks first. 0:
+# the same sweep pass dispatches it, so a killed worker's case is taken up again within its
+# lease plus a sweep or two (tests/reconciliation/test_reclaim_after_kill.py). Reconciliation
+# fences the operation before it looks, so a worker that was only paused cannot write after
+# it; waiting longer only leaves the case stranded (30 s measured 37 s from kill to re-take).
+HOLD_FIRST_CHECK_SECONDS = env_float("HOLD_FIRST_CHECK_SECONDS", 0.0, minimum=0.0)
 # Where this host remembers the database epoch it last saw (restore detection).
 HOLDFAST_STATE_DIR = env_str("HOLDFAST_STATE_DIR", str(VAR_DIR))
