@@ -548,7 +548,9 @@ def delayed_not_found(d: Drill) -> None:
 def expiry_and_cancellation_during_hold(d: Drill) -> None:
     d.new_case()
     d.to_review()
-    expires = (timezone.now() + dt.timedelta(seconds=5)).replace(microsecond=0)
+    # Long enough for the apply below to start under it on a loaded host (5 s expired first
+    # under load: the worker refused instead of sending), short enough to wait out.
+    expires = (timezone.now() + dt.timedelta(seconds=15)).replace(microsecond=0)
     d.approve(expires_at=expires)
     d.control.set_fault("drop_after_commit", path_prefix=f"/orders/{d.order_id}/operations")
     outcome = d.apply_worker().outcome()

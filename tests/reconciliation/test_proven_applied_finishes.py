@@ -9,45 +9,18 @@ after the apply (notify, close) remain, and a newer order version says nothing a
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from django.test import Client
 
 from approvals.models import Proposal
 from cases.models import Status
 from reconciliation.apply import apply_case
-from reconciliation.models import InboundEvent
 from reconciliation.settle import case_reconcile
-from reconciliation.tasks_inbound import process_event
-from tests.support.order_system import DEFAULT_WEBHOOK_SECRET, webhook_headers
+from tests.support.order_system import DEFAULT_WEBHOOK_SECRET
+from tests.support.webhooks import post_order_event
 
 pytestmark = pytest.mark.order_system
 
 ORDER = "ORD-7731"
-
-
-def _post_order_event(event_id: str, order_version: int) -> None:
-    body = json.dumps(
-        {
-            "event_id": event_id,
-            "type": "order.updated",
-            "order_id": ORDER,
-            "order_version": order_version,
-            "occurred_at": "2026-03-02T09:15:00Z",
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-    ).encode()
-    headers = webhook_headers(body, secret=DEFAULT_WEBHOOK_SECRET)
-    response = Client().post(
-        "/api/hooks/orders/",
-        data=body,
-        content_type="application/json",
-        headers={**headers, "X-Orders-Event-Id": event_id},
-    )
-    assert response.status_code < 300, response.content
-    process_event(InboundEvent.objects.get(event_id=event_id).pk)
 
 
 def test_a_later_event_for_another_change_does_not_send_a_proven_applied_case_back_to_review(
@@ -66,7 +39,7 @@ def test_a_later_event_for_another_change_does_not_send_a_proven_applied_case_ba
     applied_version = live_orders.state(ORDER)["order"]["version"]
 
     # Another change on the same order (made elsewhere) arrives before the steps resume.
-    _post_order_event("evt-other-change", applied_version + 1)
+    post_order_event(ORDER, "evt-other-change", applied_version + 1)
 
     case.refresh_from_db()
     assert case.status == Status.READY, (case.status, case.waiting_reason)
