@@ -32,7 +32,7 @@ def test_a_slow_reconciler_does_not_settle_a_newer_hold_from_its_stale_lookup(
     case.refresh_from_db()
     assert case.status == Status.HELD
 
-    interleaved = []
+    interleaved: list[bool] = []
 
     class SlowLookupClient(OrderSystemClient):
         """Reconciler R1: its lookup answers 'unknown operation' and then R1 is slow to record
