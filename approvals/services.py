@@ -764,7 +764,8 @@ def proposal_invalidate_for_source_change(
 
     ``order_version`` is the version seen, or ``None`` when the receiver refused the expected
     version without saying which it has. The proposal and any approval are void; the case goes
-    back for current evidence. Returns whether anything was invalidated.
+    back for current evidence -- unless its operation is proven applied (confirmed): such a case
+    only finishes. Returns whether anything was invalidated.
     """
     proposal = open_proposal(case)
     evidence_version = (
@@ -780,6 +781,10 @@ def proposal_invalidate_for_source_change(
         Status.READY,
         Status.APPLYING,
     }:
+        return False
+    if case.operations.filter(confirmed_at__isnull=False).exists():
+        # Proven applied: the change is at the order system, and a newer version is another
+        # change after it. Nothing is left to decide; the steps after the apply finish the case.
         return False
     seen = "a newer version" if order_version is None else f"version {order_version}"
     revoked: list[str] = []

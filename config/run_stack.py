@@ -23,6 +23,10 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
+# A restarted process that keeps exiting is a fault to show, not to hide: at most this many
+# restarts within the window, then the stack stops.
+RESTART_LIMIT = 5
+RESTART_WINDOW = 300.0
 PY = sys.executable
 
 
@@ -53,7 +57,7 @@ def main() -> int:
     if os.environ.get("DJANGO_ENV") == "production":
         print(
             "make run is the development stack (demo logins, fault injection): it refuses "
-            "DJANGO_ENV=production. Run the web app, qcluster and the order system separately.",
+            "DJANGO_ENV=production. Run the web app, run_cluster and the order system separately.",
             file=sys.stderr,
         )
         return 2
@@ -103,8 +107,12 @@ def main() -> int:
             env=env,
         ),
         "web app": _spawn("manage.py", "runserver", f"{host}:{web_port}", "--noreload", env=env),
-        "worker cluster": _spawn("manage.py", "qcluster", env=env),
+        "worker cluster": _spawn("manage.py", "run_cluster", env=env),
     }
+    # Restarted when it exits non-zero: ``run_cluster`` ends a wedged cluster with exit 3
+    # (``reconciliation.liveness``) and counts on its process manager, here this loop.
+    restartable = {"worker cluster": ("manage.py", "run_cluster")}
+    restarts: dict[str, list[float]] = {name: [] for name in restartable}
 
     def stop(*_args) -> None:
         for name, proc in children.items():
@@ -143,10 +151,23 @@ def main() -> int:
     if not ok:
         print("Warning: a service did not answer in time; see its output above.", flush=True)
     while True:
-        for name, proc in children.items():
-            if proc.poll() is not None:
-                print(f"The {name} exited with code {proc.returncode}; stopping.", flush=True)
-                stop()
+        for name, proc in list(children.items()):
+            if proc.poll() is None:
+                continue
+            if name in restartable and proc.returncode != 0:
+                recent = [t for t in restarts[name] if time.monotonic() - t < RESTART_WINDOW]
+                if len(recent) < RESTART_LIMIT:
+                    restarts[name] = [*recent, time.monotonic()]
+                    print(
+                        f"The {name} exited with code {proc.returncode}; restarting it.",
+                        flush=True,
+                    )
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)  # nothing of it may linger
+                    children[name] = _spawn(*restartable[name], env=env)
+                    continue
+            print(f"The {name} exited with code {proc.returncode}; stopping.", flush=True)
+            stop()
         time.sleep(1)
 
 

@@ -123,7 +123,7 @@ DB_POOL_MIN_SIZE = env_int("DB_POOL_MIN_SIZE", min(1, DB_POOL_MAX_SIZE), minimum
 DB_POOL_TIMEOUT = env_float("DB_POOL_TIMEOUT", 5.0, minimum=0.1)
 if DB_POOL_MAX_SIZE and DB_POOL_MIN_SIZE > DB_POOL_MAX_SIZE:
     raise ImproperlyConfigured("DB_POOL_MIN_SIZE must not exceed DB_POOL_MAX_SIZE.")
-if DB_POOL_MAX_SIZE and sys.argv[1:2] in (["qcluster"], ["run_worker"]):
+if DB_POOL_MAX_SIZE and sys.argv[1:2] in (["qcluster"], ["run_cluster"], ["run_worker"]):
     raise ImproperlyConfigured("DB_POOL_MAX_SIZE is for web processes, not worker processes.")
 DATABASES = {
     "default": parse_database_url(
@@ -403,6 +403,16 @@ else:
     Q_CLUSTER["orm"] = "default"
 if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
     raise ImproperlyConfigured("Q_RETRY must exceed Q_TIMEOUT (no concurrent re-delivery).")
+# The cluster's liveness (manage.py run_cluster, reconciliation.liveness): after this long
+# without a task started, the watchdog queues a probe task; when a probe has waited
+# Q_LIVENESS_SECONDS with no task started since, the cluster is wedged (a worker died holding
+# the task queue's lock): it is killed and run_cluster exits 3 for its process manager to
+# restart it. More than Q_TIMEOUT: a healthy cluster frees a worker within the task timeout.
+# 0 turns the watchdog off.
+Q_LIVENESS_SECONDS = env_float("Q_LIVENESS_SECONDS", Q_CLUSTER["timeout"] + 30.0, minimum=0.0)
+Q_LIVENESS_PROBE_SECONDS = env_float("Q_LIVENESS_PROBE_SECONDS", 10.0, minimum=0.1)
+if Q_LIVENESS_SECONDS and Q_CLUSTER["timeout"] >= Q_LIVENESS_SECONDS:
+    raise ImproperlyConfigured("Q_LIVENESS_SECONDS must exceed Q_TIMEOUT (or be 0: off).")
 
 # --- Logging -------------------------------------------------------------------------------
 # One line per record on standard error: JSON objects (production's default) or text. Every
@@ -605,7 +615,11 @@ PREPARE_TEST_DELAY_SECONDS = env_float("PREPARE_TEST_DELAY_SECONDS", 0.0, minimu
 if PRODUCTION and PREPARE_TEST_DELAY_SECONDS:
     raise ImproperlyConfigured("PREPARE_TEST_DELAY_SECONDS is for tests only.")
 ATTEMPT_LIMIT = env_int("ATTEMPT_LIMIT", 5, minimum=1)
-# After a hold, how soon reconciliation looks first.
-HOLD_FIRST_CHECK_SECONDS = env_float("HOLD_FIRST_CHECK_SECONDS", 30.0, minimum=0.0)
+# After a hold (a worker's lease ran out, a restore), how soon reconciliation looks first. 0:
+# the same sweep pass dispatches it, so a killed worker's case is taken up again within its
+# lease plus a sweep or two (tests/reconciliation/test_reclaim_after_kill.py). Reconciliation
+# fences the operation before it looks, so a worker that was only paused cannot write after
+# it; waiting longer only leaves the case stranded (30 s measured 37 s from kill to re-take).
+HOLD_FIRST_CHECK_SECONDS = env_float("HOLD_FIRST_CHECK_SECONDS", 0.0, minimum=0.0)
 # Where this host remembers the database epoch it last saw (restore detection).
 HOLDFAST_STATE_DIR = env_str("HOLDFAST_STATE_DIR", str(VAR_DIR))

@@ -6,16 +6,19 @@ class ReconciliationConfig(AppConfig):
     verbose_name = "Reconciliation"
 
     def ready(self) -> None:
-        from django_q.signals import post_spawn
+        from django_q.signals import post_spawn, pre_execute
 
         from reconciliation import (
             actions,  # noqa: F401 - registers its case actions
             checks,  # noqa: F401 - registers its system checks
             extensions,
         )
+        from reconciliation.liveness import task_started
         from reconciliation.sweep import start_sweeper_on_spawn
 
         post_spawn.connect(start_sweeper_on_spawn, dispatch_uid="holdfast-sweeper")
+        # Each task a worker starts is the cluster's beat (manage.py run_cluster's watchdog).
+        pre_execute.connect(task_started, dispatch_uid="holdfast-cluster-beat")
         extensions.register()  # its panel on the admin home
 
         from cases.services import UNSENT_DECISION_CHECKS

@@ -203,7 +203,15 @@ def _record_finding(
             finding.fence_token is not None
             and case.attempts.filter(fencing_token__gt=finding.fence_token).exists()
         )
-        if case.version != version or newer_attempt:
+        # Only a status change since the read makes the finding stale (another reconciler
+        # settled it, the case left the hold and came back): facts recorded meanwhile -- an
+        # order event for this operation, a cancellation request, a lapsed approval -- leave
+        # the same hold, and the settlement reads them under this lock.
+        moved = (
+            case.version != version
+            and case.events.filter(version__gt=version).exclude(to_status="").exists()
+        )
+        if moved or newer_attempt:
             # The case changed while this investigation ran (another reconciler settled it, a
             # new attempt was made): the finding describes the past. Look again.
             case.next_check_at = timezone.now()

@@ -89,6 +89,11 @@ def sweeper() -> str:
     return sweeper_run()
 
 
+def cluster_probe() -> str:
+    """The liveness watchdog's probe (``reconciliation.liveness``): taking it is the proof."""
+    return "alive"
+
+
 def prepare_proposal(case_id: int) -> str:
     """Prepare and submit the proposal as soon as the evidence is current."""
     with _about(case_id, "proposer"):

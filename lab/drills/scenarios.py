@@ -548,7 +548,9 @@ def delayed_not_found(d: Drill) -> None:
 def expiry_and_cancellation_during_hold(d: Drill) -> None:
     d.new_case()
     d.to_review()
-    expires = (timezone.now() + dt.timedelta(seconds=5)).replace(microsecond=0)
+    # Long enough for the apply below to start under it on a loaded host (5 s expired first
+    # under load: the worker refused instead of sending), short enough to wait out.
+    expires = (timezone.now() + dt.timedelta(seconds=15)).replace(microsecond=0)
     d.approve(expires_at=expires)
     d.control.set_fault("drop_after_commit", path_prefix=f"/orders/{d.order_id}/operations")
     outcome = d.apply_worker().outcome()
@@ -883,7 +885,7 @@ def _dispatch_own_case(d: Drill, broker, *, lease: float) -> bool:
     "database (a due next check), never stranded waiting on a worker.",
 )
 def redis_worker_death(d: Drill) -> None:
-    """Runs on any deployment: the drill starts its own ``manage.py qcluster`` with the Redis
+    """Runs on any deployment: the drill starts its own ``manage.py run_cluster`` with the Redis
     broker (``REDIS_URL`` at a free database of the Redis at the deployment's ``REDIS_URL``, or
     127.0.0.1:6379) against this deployment's database. Its worker is stopped (SIGSTOP) inside
     ``prepare_proposal`` (``PREPARE_TEST_DELAY_SECONDS``: the task has started and logged its

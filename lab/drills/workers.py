@@ -95,12 +95,13 @@ def wait_for(condition, *, timeout: float, interval: float = 0.05, what: str = "
 
 
 class DrillCluster(DrillWorker):
-    """A django-q2 cluster (``manage.py qcluster``) the drill starts in its own process group:
+    """A worker cluster (``manage.py run_cluster``, django-q2 under Holdfast's liveness
+    watchdog, the supported way to run it) the drill starts in its own process group:
     stopped with SIGTERM to its main process; what is left after ``grace`` seconds is killed
     (SIGKILL to the group the drill started, by its id)."""
 
-    def __init__(self, *, env: dict[str, str], label: str = "qcluster") -> None:
-        super().__init__(["qcluster"], env=env, label=label, session=True)
+    def __init__(self, *, env: dict[str, str], label: str = "cluster") -> None:
+        super().__init__(["run_cluster"], env=env, label=label, session=True)
 
     def children(self) -> set[int]:
         """Every process of this cluster (its group), the main one included."""

@@ -32,7 +32,7 @@ def test_a_slow_reconciler_does_not_settle_a_newer_hold_from_its_stale_lookup(
     case.refresh_from_db()
     assert case.status == Status.HELD
 
-    interleaved = []
+    interleaved: list[bool] = []
 
     class SlowLookupClient(OrderSystemClient):
         """Reconciler R1: its lookup answers 'unknown operation' and then R1 is slow to record
@@ -59,3 +59,34 @@ def test_a_slow_reconciler_does_not_settle_a_newer_hold_from_its_stale_lookup(
     assert len(live_orders.state("ORD-7731")["operations"]) == 1  # the order DID change
     assert case.status != Status.CANCELLED, outcome
     assert CancellationRequest.objects.get(case=case).outcome != "cancelled"
+
+
+def test_an_order_event_recorded_during_the_investigation_does_not_discard_the_finding(
+    approved_case, live_orders, settings
+):
+    """Found by ``make drill`` (delayed_not_found): the order system's webhook for the very
+    operation being reconciled arrived mid-investigation; recording it moved the case's version
+    and the proof of the change was thrown away. A recorded fact is not a new hold."""
+    from tests.support.order_system import DEFAULT_WEBHOOK_SECRET
+    from tests.support.webhooks import post_order_event
+
+    settings.ORDER_WEBHOOK_SECRET = DEFAULT_WEBHOOK_SECRET
+    case = approved_case()
+    live_orders.set_fault("drop_after_commit", path_prefix="/orders/ORD-7731/operations")
+    assert apply_case(case_id=case.pk) == "effect_unknown"  # landed; the answer was lost
+    live_orders.clear_faults()
+    version = live_orders.state("ORD-7731")["order"]["version"]
+
+    class WebhookMeanwhile(OrderSystemClient):
+        def get_operation(self, operation_key):
+            post_order_event("ORD-7731", "evt-during-lookup", version)
+            return super().get_operation(operation_key)
+
+    with WebhookMeanwhile.from_settings() as client:
+        outcome = case_reconcile(case_id=case.pk, client=client)
+
+    case.refresh_from_db()
+    recorded = case.events.get(action="reconciliation.order_event.recorded")
+    assert recorded.detail["event_id"] == "evt-during-lookup"  # it did land mid-lookup
+    assert outcome == "applied", outcome
+    assert case.status == Status.READY  # proven applied: the steps after the apply resume

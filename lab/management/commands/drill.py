@@ -92,4 +92,9 @@ class Command(BaseCommand):
         case = Case.objects.filter(reference=reference).first()
         if case is None or case.order_id not in settings.ORDER_SYSTEM_SANDBOX_ORDERS:
             raise CommandError(f"{reference} is not a drill case.")
-        self.stdout.write(f"{reference}: {import_string(TASKS[task])(case.pk)}")
+        from lab.drills.runner import drill_cases_driven_here
+
+        # Its follow-up work (a source check's proposal) is the drill's to drive, as in the
+        # drill's own process: handed to the deployment's cluster, it raced the drill's step.
+        with drill_cases_driven_here(set(settings.ORDER_SYSTEM_SANDBOX_ORDERS)):
+            self.stdout.write(f"{reference}: {import_string(TASKS[task])(case.pk)}")
