@@ -364,6 +364,7 @@ class QClusterOptions(TypedDict):
     label: str
     redis: NotRequired[str]
     orm: NotRequired[str]
+    broker_class: NotRequired[str]
 
 
 Q_CLUSTER: QClusterOptions = {
@@ -390,6 +391,9 @@ if REDIS_URL:
     Q_CLUSTER["redis"] = REDIS_URL
 else:
     Q_CLUSTER["orm"] = "default"
+    # The ORM broker that wakes its cluster on each enqueue (PostgreSQL LISTEN/NOTIFY) instead
+    # of at its next poll: an approval's apply starts within milliseconds (cases.broker).
+    Q_CLUSTER["broker_class"] = "cases.broker.NotifyingORM"
 if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
     raise ImproperlyConfigured("Q_RETRY must exceed Q_TIMEOUT (no concurrent re-delivery).")
 
