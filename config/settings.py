@@ -393,7 +393,9 @@ else:
     Q_CLUSTER["orm"] = "default"
     # The ORM broker that wakes its cluster on each enqueue (PostgreSQL LISTEN/NOTIFY) instead
     # of at its next poll: an approval's apply starts within milliseconds (cases.broker).
-    Q_CLUSTER["broker_class"] = "cases.broker.NotifyingORM"
+    # Q_LISTEN=0 turns it off (a pooler in transaction mode, such as PgBouncer's, drops LISTEN).
+    if env_bool("Q_LISTEN", True):
+        Q_CLUSTER["broker_class"] = "cases.broker.NotifyingORM"
 if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
     raise ImproperlyConfigured("Q_RETRY must exceed Q_TIMEOUT (no concurrent re-delivery).")
 

@@ -17,20 +17,40 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from lab.bench.cluster import BARE, WORKERS, enqueue_many, ormq_sequence, qcluster, wait_acked, warm
+from lab.bench.cluster import (
+    BARE,
+    WORKERS,
+    child_env,
+    enqueue_many,
+    ormq_sequence,
+    qcluster,
+    wait_acked,
+    warm,
+)
 from lab.bench.context import PendingOrders, Run
 from lab.bench.cpu import CpuSplit
 from lab.bench.deployed_orders import DeployedOrderSystem
-from lab.bench.postgres import STATS_IDLE_FLUSH, Counters, backends, counters, xact_commits
+from lab.bench.postgres import (
+    STATS_IDLE_FLUSH,
+    Counters,
+    backends,
+    counters,
+    database_url,
+    drop_database,
+    recreate_database,
+    xact_commits,
+)
 from lab.bench.seeding import analyze, delivery_change, fixture, quiet, ready_case_seed
 from lab.bench.series import Skip, has_task
 
@@ -398,6 +418,143 @@ def bare_writes(run: Run, orders: DeployedOrderSystem, count: int, number: int) 
             run.series["cpu bare all"].add(sum(split.values()))
     orders.check_changed_once(made, versions_before)
     return len(writes) / elapsed
+
+
+def dbos_writes(run: Run, orders: DeployedOrderSystem, count: int, number: int) -> float:
+    """The same backlog's writes as DBOS workflows (``lab.bench.dbos_anchor``), queued at the
+    cluster's concurrency; every order changed once."""
+    from lab.bench import dbos_anchor
+
+    made = approved_cases(run, orders, count, f"{number}d")
+    writes = _writes_of(made)
+    versions_before = orders.versions(list(made.values()))
+    system_db = f"{run.db_name}_dbos"
+    recreate_database(system_db)
+    quiet()
+    try:
+        rate = dbos_anchor.measure(
+            writes,
+            database_url(system_db),
+            WORKERS,
+            child_env(ORDER_SYSTEM_URL=orders.base_url),
+            run.log_dir,
+        )
+    finally:
+        drop_database(system_db)
+    orders.check_changed_once(made, versions_before)
+    return rate
+
+
+# --- approve → done, idle workers --------------------------------------------------------
+
+
+def percentile(values: list[float], share: float) -> float:
+    """The nearest-rank percentile (``share`` in 0..1) of ``values``."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), math.ceil(share * len(ordered))))
+    return ordered[rank - 1]
+
+
+def approve_to_done(run: Run, orders: DeployedOrderSystem, count: int, number: int) -> float:
+    """``count`` approvals one at a time, the workers idle before each: from the start of the
+    approval's transaction (the case made due, ``apply_case`` enqueued on its commit, as
+    ``approvals.services.proposal_approve`` ends) to the case's ``done`` event. Adds the
+    round's p99 and max; returns its p50 (ms)."""
+    from cases.models import Case, CaseEvent, Status
+    from cases.scheduling import enqueue_on_commit
+
+    made = approved_cases(run, orders, count, f"{number}l")
+    versions_before = orders.versions(list(made.values()))
+    waits: list[float] = []
+    quiet()
+    with qcluster(run.log_dir, f"latency-{number}", ORDER_SYSTEM_URL=orders.base_url) as process:
+        warm(process)
+        time.sleep(1.0)
+        for pk in made:
+            approved = timezone.now()
+            with transaction.atomic():
+                Case.objects.filter(pk=pk).update(next_check_at=approved)
+                enqueue_on_commit(APPLY, pk)
+            done_at = _done_at(pk, process, CaseEvent, Status.DONE)
+            waits.append((done_at - approved).total_seconds() * 1000)
+            time.sleep(0.3)  # the workers idle again
+    orders.check_changed_once(made, versions_before)
+    run.series["approve_p99"].add(percentile(waits, 0.99))
+    run.series["approve_max"].add(max(waits))
+    return percentile(waits, 0.5)
+
+
+def _done_at(pk: int, process: subprocess.Popen[bytes], events: Any, done: str) -> dt.datetime:
+    deadline = time.monotonic() + 60
+    while True:
+        found = (
+            events.objects.filter(case_id=pk, to_status=done)
+            .values_list("created_at", flat=True)
+            .first()
+        )
+        if found is not None:
+            return found
+        if process.poll() is not None:
+            raise Skip(f"the qcluster exited with {process.returncode}")
+        if time.monotonic() > deadline:
+            raise Skip(f"case {pk} not done 60 s after its approval")
+        time.sleep(0.02)
+
+
+# --- a worker's memory over many applies -------------------------------------------------
+
+
+def session_rss_mib(session: int) -> dict[int, float]:
+    """The resident memory of each process of ``session`` (MiB), from ``/proc`` (Linux)."""
+    from lab.bench.cpu import process_ticks
+
+    found = {}
+    for pid, (sid, _) in process_ticks().items():
+        if sid != session:
+            continue
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for row in status.splitlines():
+            if row.startswith("VmRSS:"):
+                found[pid] = int(row.split()[1]) / 1024
+    return found
+
+
+def worker_memory(run: Run, orders: DeployedOrderSystem, count: int) -> float | None:
+    """``count`` applies by one cluster: the largest of its processes' RSS (a worker: they
+    import and hold the most) after the first tenth is done, then at the end; adds the end's
+    to ``rss_10k`` and returns the first."""
+    from cases.models import Case, Status
+
+    if not Path("/proc/self/status").exists():
+        raise Skip("reads /proc (Linux)")
+    made = approved_cases(run, orders, count, "mem")
+    ids = list(made)
+    versions_before = orders.versions(list(made.values()))
+    quiet()
+    first: float | None = None
+    with qcluster(run.log_dir, "memory", ORDER_SYSTEM_URL=orders.base_url) as process:
+        warm(process)
+        _enqueue_backlog(ids, not has_task(APPLY_DUE))
+        deadline = time.monotonic() + max(DONE_TIMEOUT, count / 5)
+        while True:
+            done = Case.objects.filter(pk__in=ids, status=Status.DONE).count()
+            if first is None and done >= count // 10:
+                first = max(session_rss_mib(process.pid).values())
+            if done == count:
+                break
+            if process.poll() is not None:
+                raise Skip(f"the qcluster exited with {process.returncode}")
+            if time.monotonic() > deadline:
+                raise Skip(f"{count - done} of {count} cases not done in time")
+            time.sleep(0.2)
+        last = max(session_rss_mib(process.pid).values())
+    orders.check_changed_once(made, versions_before)
+    run.series["rss_10k"].add(last)
+    run.write(f"  memory: {count} applies, largest process {first:.1f} → {last:.1f} MiB")
+    return first
 
 
 # --- several worker hosts -----------------------------------------------------------------
