@@ -39,7 +39,8 @@ from lab.bench.cluster import (
     warm,
 )
 from lab.bench.context import PendingOrders, Run
-from lab.bench.cpu import CpuSplit
+from lab.bench.cpu import _CLOCK_TICKS as CLOCK_TICKS
+from lab.bench.cpu import CpuSplit, process_ticks
 from lab.bench.deployed_orders import DeployedOrderSystem
 from lab.bench.postgres import (
     STATS_IDLE_FLUSH,
@@ -504,12 +505,11 @@ def _done_at(pk: int, process: subprocess.Popen[bytes], events: Any, done: str) 
 # --- a worker's memory over many applies -------------------------------------------------
 
 
-def session_rss_mib(session: int) -> dict[int, float]:
-    """The resident memory of each process of ``session`` (MiB), from ``/proc`` (Linux)."""
-    from lab.bench.cpu import process_ticks
-
+def session_memory(session: int) -> dict[int, tuple[float, int]]:
+    """Each process of ``session``: (resident memory in MiB, CPU ticks used so far), from
+    ``/proc`` (Linux)."""
     found = {}
-    for pid, (sid, _) in process_ticks().items():
+    for pid, (sid, ticks) in process_ticks().items():
         if sid != session:
             continue
         try:
@@ -518,14 +518,14 @@ def session_rss_mib(session: int) -> dict[int, float]:
             continue
         for row in status.splitlines():
             if row.startswith("VmRSS:"):
-                found[pid] = int(row.split()[1]) / 1024
+                found[pid] = (int(row.split()[1]) / 1024, ticks)
     return found
 
 
 def worker_memory(run: Run, orders: DeployedOrderSystem, count: int) -> float | None:
-    """``count`` applies by one cluster: the largest of its processes' RSS (a worker: they
-    import and hold the most) after the first tenth is done, then at the end; adds the end's
-    to ``rss_10k`` and returns the first."""
+    """``count`` applies by one cluster: the RSS of its busiest worker (the process of the
+    cluster that used the most CPU between the readings, alive at both) after the first tenth
+    is done, and at the end; adds the end's to ``rss_10k`` and returns the first."""
     from cases.models import Case, Status
 
     if not Path("/proc/self/status").exists():
@@ -534,15 +534,15 @@ def worker_memory(run: Run, orders: DeployedOrderSystem, count: int) -> float | 
     ids = list(made)
     versions_before = orders.versions(list(made.values()))
     quiet()
-    first: float | None = None
+    first: dict[int, tuple[float, int]] = {}
     with qcluster(run.log_dir, "memory", ORDER_SYSTEM_URL=orders.base_url) as process:
         warm(process)
         _enqueue_backlog(ids, not has_task(APPLY_DUE))
         deadline = time.monotonic() + max(DONE_TIMEOUT, count / 5)
         while True:
             done = Case.objects.filter(pk__in=ids, status=Status.DONE).count()
-            if first is None and done >= count // 10:
-                first = max(session_rss_mib(process.pid).values())
+            if not first and done >= count // 10:
+                first = session_memory(process.pid)
             if done == count:
                 break
             if process.poll() is not None:
@@ -550,11 +550,19 @@ def worker_memory(run: Run, orders: DeployedOrderSystem, count: int) -> float | 
             if time.monotonic() > deadline:
                 raise Skip(f"{count - done} of {count} cases not done in time")
             time.sleep(0.2)
-        last = max(session_rss_mib(process.pid).values())
+        last = session_memory(process.pid)
     orders.check_changed_once(made, versions_before)
-    run.series["rss_10k"].add(last)
-    run.write(f"  memory: {count} applies, largest process {first:.1f} → {last:.1f} MiB")
-    return first
+    both = [pid for pid in last if pid in first]
+    if not both:
+        raise Skip("no process of the cluster lived from the first tenth to the end")
+    busiest = max(both, key=lambda pid: last[pid][1] - first[pid][1])
+    run.series["rss_10k"].add(last[busiest][0])
+    run.write(
+        f"  memory: {count} applies; the busiest worker (pid {busiest}, "
+        f"{(last[busiest][1] - first[busiest][1]) / CLOCK_TICKS:.0f} s of CPU meanwhile) "
+        f"{first[busiest][0]:.1f} → {last[busiest][0]:.1f} MiB"
+    )
+    return first[busiest][0]
 
 
 # --- several worker hosts -----------------------------------------------------------------

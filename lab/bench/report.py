@@ -219,8 +219,8 @@ def peer_lines(s: dict[str, Series]) -> list[str]:
     ]
     if s["rss_1k"].values or s["rss_10k"].values:
         lines.append(
-            f"worker RSS (the largest worker): after the first tenth {s['rss_1k'].text(1)}, "
-            f"at the end {s['rss_10k'].text(1)}"
+            "worker RSS (the cluster's busiest worker): after the first tenth "
+            f"{s['rss_1k'].text(1)}, at the end {s['rss_10k'].text(1)}"
         )
     return lines
 
