@@ -375,6 +375,7 @@ class QClusterOptions(TypedDict):
     label: str
     redis: NotRequired[str]
     orm: NotRequired[str]
+    broker_class: NotRequired[str]
 
 
 Q_CLUSTER: QClusterOptions = {
@@ -401,6 +402,11 @@ if REDIS_URL:
     Q_CLUSTER["redis"] = REDIS_URL
 else:
     Q_CLUSTER["orm"] = "default"
+    # The ORM broker that wakes its cluster on each enqueue (PostgreSQL LISTEN/NOTIFY) instead
+    # of at its next poll: an approval's apply starts within milliseconds (cases.broker).
+    # Q_LISTEN=0 turns it off (a pooler in transaction mode, such as PgBouncer's, drops LISTEN).
+    if env_bool("Q_LISTEN", True):
+        Q_CLUSTER["broker_class"] = "cases.broker.NotifyingORM"
 if Q_CLUSTER["retry"] <= Q_CLUSTER["timeout"]:
     raise ImproperlyConfigured("Q_RETRY must exceed Q_TIMEOUT (no concurrent re-delivery).")
 # The cluster's liveness (manage.py run_cluster, reconciliation.liveness): after this long

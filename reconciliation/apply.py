@@ -69,6 +69,7 @@ from cases.models import (
 )
 from cases.retries import retries_reset
 from cases.rows import locked, prepared_cursor, update
+from cases.scheduling import enqueue_on_commit
 from reconciliation import metrics
 from reconciliation.claims import (
     Claimed,
@@ -114,7 +115,8 @@ WORKER_RELATED = ("account",)
 # Named points of the apply step (``after_claim``: claimed, nothing sent yet; ``after_submit``:
 # the order system answered, the answer not saved yet; ``after_confirm``: the answer and the
 # notification's start are saved, the email not sent yet -- or, with no address to send to,
-# the notification's step and the close are saved with the answer). Each observer is called
+# the notification's step and the close are saved with the answer; with ``notify_later`` the
+# answer alone, its notification queued as its own task). Each observer is called
 # with the point's name; none is registered unless a drill worker registers its stop point
 # (``lab.drills.step_points``, never in production) or a test adds one, so by default the
 # points do nothing.
@@ -131,19 +133,25 @@ def _reached(point: str) -> None:
 RESTORE_DETECTED = "refused: restore detected"
 RECOVERY_REQUIRED = "refused: recovery after restore required"
 RESTORE_REFUSALS = (RESTORE_DETECTED, RECOVERY_REQUIRED)
+NOTIFY_TASK = "reconciliation.tasks.notify_case"
 
 
 def apply_case(
-    *, case_id: int, client: OrderSystemClient | None = None, worker: Worker | None = None
+    *,
+    case_id: int,
+    client: OrderSystemClient | None = None,
+    worker: Worker | None = None,
+    notify_later: bool = False,
 ) -> str:
-    """Claim the case and run its remaining steps. Safe to run twice: only a claim acts."""
+    """Claim the case and run its remaining steps. Safe to run twice: only a claim acts.
+    ``notify_later``: the customer's notification is its own task (:func:`notify_case`)."""
     worker = worker or Worker.current("apply")
     client = client or OrderSystemClient.from_settings()
 
     def claim(source_checked: bool) -> Claimed:
         return claim_case(case_id=case_id, worker=worker, source_checked=source_checked)
 
-    outcome = _claim_and_run(claim, client, worker)
+    outcome = _claim_and_run(claim, client, worker, notify_later=notify_later)
     return outcome if outcome is not None else "refused: nothing to claim"
 
 
@@ -153,6 +161,7 @@ def apply_due(
     worker: Worker | None = None,
     seconds: float = 30.0,
     limit: int | None = None,
+    notify_later: bool = False,
 ) -> list[str]:
     """Apply due ready cases one after another, each taken the moment the last one is done
     (``claim_next_due``), until none is due, ``limit`` were taken or ``seconds`` have passed
@@ -169,7 +178,7 @@ def apply_due(
     while (limit is None or len(outcomes) < limit) and time.monotonic() < deadline:
         if stopping():  # the cluster is stopping: the dispatcher gives the rest to the next
             break
-        outcome = _claim_and_run(claim, client, worker)
+        outcome = _claim_and_run(claim, client, worker, notify_later=notify_later)
         if outcome is None:
             break
         outcomes.append(outcome)
@@ -179,7 +188,11 @@ def apply_due(
 
 
 def _claim_and_run(
-    claim: Callable[[bool], Claimed | None], client: OrderSystemClient, worker: Worker
+    claim: Callable[[bool], Claimed | None],
+    client: OrderSystemClient,
+    worker: Worker,
+    *,
+    notify_later: bool = False,
 ) -> str | None:
     """Claim (``claim(source_checked)``), then run the steps; None when nothing was claimable.
 
@@ -210,7 +223,13 @@ def _claim_and_run(
         fencing_token=attempt.fencing_token,
         worker=worker.label,
     ):
-        outcome = run_attempt(attempt_id=attempt.pk, client=client, worker=worker, claimed=claimed)
+        outcome = run_attempt(
+            attempt_id=attempt.pk,
+            client=client,
+            worker=worker,
+            claimed=claimed,
+            notify_later=notify_later,
+        )
         logger.info("%s ended: %s", attempt.reference, outcome)
     return outcome
 
@@ -253,25 +272,36 @@ def run_attempt(
     client: OrderSystemClient,
     worker: Worker,
     claimed: Claimed | None = None,
+    notify_later: bool = False,
 ) -> str:
     """Run the attempt's steps that are not confirmed yet. After a claim (``claimed``) nothing
     the claim read is read again: the change goes out after one more write (the mark that it
     may leave, which also renews the lease), its answer and the notification's start are one
     transaction, and the notification's confirmation closes the case in the next (in the same
-    one, when there is no address to send to)."""
+    one, when there is no address to send to).
+
+    ``notify_later`` (the cluster's tasks): the notification is its own step, in its own task
+    (:func:`notify_case`, enqueued once the answer is saved), so this worker takes its next
+    case without waiting on the mail server. The answer's transaction then begins nothing of
+    the notification: a worker that dies between the two leaves a notification that was never
+    begun, which the task (or, if the task is lost, the attempt resumed after its lease) sends
+    exactly once."""
     if claimed is not None:
         attempt = claimed.attempt
     else:
         attempt = Attempt.objects.select_related("operation", "case__account").get(pk=attempt_id)
     plan: Notify | None = None
     if attempt.operation.confirmed_at is None:
-        outcome, plan = _apply_step(attempt, client, worker, claimed)
+        outcome, plan = _apply_step(attempt, client, worker, claimed, notify_later=notify_later)
         metrics.apply_outcome(outcome)
         if outcome != "confirmed":
             return outcome
         _reached("after_confirm")
         if plan is Notify.CLOSED:
             return "done"
+        if plan is Notify.LATER:
+            enqueue_on_commit(NOTIFY_TASK, attempt.case_id)
+            return "applied: the customer's notification queued"
     if attempt.operation.notified_at is None:
         outcome = _notify(attempt, worker, plan)
         if outcome != "confirmed":
@@ -295,6 +325,7 @@ def _apply_step(
     claimed: Claimed | None,
     *,
     then_notify: bool = True,
+    notify_later: bool = False,
 ) -> tuple[str, Notify | None]:
     if claimed is None:
         # Not just claimed: the attempt may have lost its lease or been asked to stop.
@@ -315,7 +346,9 @@ def _apply_step(
     operation = attempt.operation
     why = _may_have_been_sent(attempt, claimed)
     if why:
-        looked = _look_before_write(attempt, client, worker, why, then_notify=then_notify)
+        looked = _look_before_write(
+            attempt, client, worker, why, then_notify=then_notify, notify_later=notify_later
+        )
         if looked is not None:
             _observe_latency(looked[0], authority)
             return looked
@@ -335,7 +368,9 @@ def _apply_step(
     except OrderSystemError as exc:
         return attempt_record_refusal(attempt, worker, exc), None
     _reached("after_submit")
-    recorded = _record_applied(attempt, worker, result, then_notify=then_notify)
+    recorded = _record_applied(
+        attempt, worker, result, then_notify=then_notify, notify_later=notify_later
+    )
     _observe_latency(recorded[0], authority)
     return recorded
 
@@ -371,7 +406,13 @@ def _may_have_been_sent(attempt: Attempt, claimed: Claimed | None = None) -> str
 
 
 def _look_before_write(
-    attempt: Attempt, client: OrderSystemClient, worker: Worker, why: str, *, then_notify: bool
+    attempt: Attempt,
+    client: OrderSystemClient,
+    worker: Worker,
+    why: str,
+    *,
+    then_notify: bool,
+    notify_later: bool = False,
 ) -> tuple[str, Notify | None] | None:
     """Read the operation by key from the consistent lookup. Returns the step's outcome when
     the look settles it (found, or the lookup failed), ``None`` when it is proven not applied
@@ -403,6 +444,7 @@ def _look_before_write(
         _looked_up(record),
         looked_up=f"{why}; the consistent lookup found it",
         then_notify=then_notify,
+        notify_later=notify_later,
     )
 
 
@@ -532,10 +574,12 @@ def _record_applied(
     *,
     looked_up: str = "",
     then_notify: bool = False,
+    notify_later: bool = False,
 ) -> tuple[str, Notify | None]:
     """:func:`attempt_record_applied`; with ``then_notify`` the notification's start (the next
     step) is recorded in the same transaction when the attempt is still current, and how it is
-    to go is returned with the outcome."""
+    to go is returned with the outcome. With ``notify_later`` too, a notification with an
+    address to go to is not begun here (``Notify.LATER``: its own task begins it)."""
     now = timezone.now()
     plan: Notify | None = None
     with case_step(attempt.case_id, actor=worker, related=WORKER_RELATED) as case:
@@ -642,7 +686,11 @@ def _record_applied(
             if current and then_notify and operation.notified_at is None:
                 attempt.case = case
                 # The chain's head is the step's event, recorded just now under this lock.
-                plan = _notify_begin(case, attempt, worker, head=step.hash)
+                plan = (
+                    Notify.LATER
+                    if notify_later and not _no_address(case)
+                    else _notify_begin(case, attempt, worker, head=step.hash)
+                )
                 if plan is Notify.NO_ADDRESS:
                     # Nothing leaves for the notification: its step and the close are recorded with
                     # the answer, in this transaction.
@@ -729,6 +777,7 @@ class Notify(enum.Enum):
     NO_ADDRESS = "no_address"  # nothing to send: confirm the step
     UNCERTAIN = "uncertain"  # it may already have gone: not sent, a person confirms
     CLOSED = "closed"  # nothing to send: the step confirmed and the case closed with the answer
+    LATER = "later"  # not begun: its own task (notify_case) begins it once the answer is saved
 
 
 def _no_address(case: Case) -> bool:
@@ -798,6 +847,43 @@ def _notify(attempt: Attempt, worker: Worker, plan: Notify | None) -> str:
             return _finish(attempt, worker, EndedTransient(f"notification failed: {exc}"))
     with case_step(case.pk, actor=worker, related=WORKER_RELATED) as case:
         return _notified_locked(case, attempt, worker, plan)
+
+
+def notify_case(*, case_id: int, worker: Worker | None = None) -> str:
+    """The notification step as its own task (``run_attempt(notify_later=True)`` enqueues it
+    once the apply's answer is saved): begin it, send, confirm and close, as the attempt that
+    confirmed the apply (its lease, renewed with the answer, and its fencing token decide).
+
+    Safe to run twice: once the step is confirmed there is nothing to notify; a send begun and
+    not confirmed is never repeated (:func:`_notify_begin`: a person confirms). Lost, the
+    attempt's lease runs out and the sweep's watchdog sends the case back to resume its
+    remaining steps; too late (the lease ran out first), the heartbeat refuses it."""
+    worker = worker or Worker.current("notify")
+    attempt = (
+        Attempt.objects.select_related("operation", "case__account")
+        .filter(
+            case_id=case_id,
+            state__in=Attempt.ACTIVE,
+            operation__confirmed_at__isnull=False,
+            operation__notified_at__isnull=True,
+        )
+        .order_by("-sequence")
+        .first()
+    )
+    if attempt is None:
+        return "nothing to notify"
+    with log_context(
+        case=attempt.case.reference,
+        operation=attempt.operation.key,
+        attempt=attempt.reference,
+        fencing_token=attempt.fencing_token,
+        worker=worker.label,
+    ):
+        outcome = _notify(attempt, worker, None)
+        if outcome == "confirmed":
+            outcome = _close(attempt, worker)
+        logger.info("%s notification: %s", attempt.reference, outcome)
+    return outcome
 
 
 def _notified_locked(

@@ -22,6 +22,7 @@ from cases.logcontext import log_context
 from cases.models import Case, Status
 from reconciliation.apply import apply_case as _apply_case
 from reconciliation.apply import apply_due as _apply_due
+from reconciliation.apply import notify_case as _notify_case
 from reconciliation.claims import attempts_expire_leases
 from reconciliation.client import OrderSystemClient
 from reconciliation.dispatch import dispatch_due as _dispatch_due
@@ -47,9 +48,9 @@ def source_check(case_id: int) -> str:
 def apply_case(case_id: int) -> str:
     """Apply the case; then, while more ready cases are due, take the next one at once
     (:func:`apply_due`) instead of waiting for the dispatcher's next pass."""
-    outcome = _apply_case(case_id=case_id)
+    outcome = _apply_case(case_id=case_id, notify_later=True)
     if settings.APPLY_DRAIN_SECONDS > 0:
-        more = _apply_due(seconds=settings.APPLY_DRAIN_SECONDS)
+        more = _apply_due(seconds=settings.APPLY_DRAIN_SECONDS, notify_later=True)
         if more:
             return f"{outcome}; then {len(more)} more due: {_tally(more)}"
     return outcome
@@ -58,8 +59,14 @@ def apply_case(case_id: int) -> str:
 def apply_due() -> str:
     """Apply due ready cases one after another until none is due (``APPLY_DRAIN_SECONDS`` at
     most); a worker started with this takes each next case the moment the last is done."""
-    outcomes = _apply_due(seconds=max(settings.APPLY_DRAIN_SECONDS, 1.0))
+    outcomes = _apply_due(seconds=max(settings.APPLY_DRAIN_SECONDS, 1.0), notify_later=True)
     return f"{len(outcomes)} applied or refused: {_tally(outcomes)}" if outcomes else "none due"
+
+
+def notify_case(case_id: int) -> str:
+    """The customer's notification of an applied case: its own step after the apply's answer
+    (``reconciliation.apply.notify_case``), enqueued by the apply task that confirmed it."""
+    return _notify_case(case_id=case_id)
 
 
 def _tally(outcomes: list[str]) -> str:

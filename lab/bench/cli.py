@@ -10,6 +10,7 @@ no-op tasks, the worker hosts (``lab.bench.multihost``); after the rounds, the l
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import time
 import uuid
@@ -28,13 +29,14 @@ from lab.bench import anchors, claims, end_to_end
 from lab.bench.cluster import ROOT
 from lab.bench.context import Run
 from lab.bench.deployed_orders import DeployedOrderSystem
+from lab.bench.goals import ListsOutcome
 from lab.bench.postgres import drop_database, reading_overhead
 from lab.bench.report import report
 from lab.bench.seeding import E2E_KINDS, analyze, quiet
 from lab.bench.series import Series, Skip, optional_module
 
 LISTS = "lab.bench.lists"
-COUNTS = ("rounds", "cases", "noop_tasks", "raw_rows", "apply_cases")
+COUNTS = ("rounds", "cases", "noop_tasks", "raw_rows", "apply_cases", "approve_cases")
 
 
 def add_arguments(parser: CommandParser) -> None:
@@ -77,6 +79,24 @@ def add_arguments(parser: CommandParser) -> None:
     )
     parser.add_argument("--skip-multihost", action="store_true", help="no multi-host end-to-end")
     parser.add_argument(
+        "--approve-cases",
+        type=int,
+        default=30,
+        help="approvals one at a time per round, workers idle before each (30): approve → done",
+    )
+    parser.add_argument(
+        "--memory-applies",
+        type=int,
+        default=0,
+        help="goal 8, opt-in: applies by one cluster whose workers' RSS is read after the "
+        "first tenth and at the end (10000 for the goal; 0: not measured)",
+    )
+    parser.add_argument(
+        "--load",
+        action="store_true",
+        help="goal 7, opt-in: 20 users on gunicorn while workers apply (needs locust)",
+    )
+    parser.add_argument(
         "--multihost-cases",
         type=int,
         default=0,
@@ -107,7 +127,8 @@ def list_sizes(options: dict[str, Any]) -> tuple[int, ...]:
     """The checked counts and list sizes of the options; the list sizes."""
     if any(options[name] < 1 for name in COUNTS):
         raise CommandError(
-            "--rounds, --cases, --noop-tasks, --raw-rows and --apply-cases must be positive."
+            "--rounds, --cases, --noop-tasks, --raw-rows, --apply-cases and --approve-cases "
+            "must be positive."
         )
     try:
         sizes = tuple(int(size) for size in options["list_sizes"].split(",") if size)
@@ -170,7 +191,7 @@ class Bench:
     pgbench: str | None = None
     orders: DeployedOrderSystem | None = None
     multihost: Any | None = None
-    lists: tuple[list[str], bool | None, str] = field(default_factory=lambda: ([], None, ""))
+    lists: ListsOutcome = field(default_factory=lambda: ListsOutcome([], None, "no value"))
 
     def prepare(self) -> None:
         s, options = self.run.series, self.options
@@ -188,11 +209,29 @@ class Bench:
             self.multihost = optional_module(end_to_end.MULTIHOST)
             if self.multihost is None:
                 s["multi"].skipped = f"{end_to_end.MULTIHOST} does not exist"
+        self._opt_in(s, options)
         if options["skip_e2e"]:
-            s["e2e"].skipped = "--skip-e2e"
+            for name in ("e2e", "bare", "dbos", "approve_p50", "approve_p99", "rss_1k"):
+                s[name].skipped = s[name].skipped or "--skip-e2e"
             s["multi"].skipped = s["multi"].skipped or "--skip-e2e"
         else:
             self.orders = self._start_orders()
+
+    @staticmethod
+    def _opt_in(s: dict[str, Series], options: dict[str, Any]) -> None:
+        """The measurements a run makes only when asked, and the one that needs DBOS."""
+        if importlib.util.find_spec("dbos") is None:
+            s["dbos"].skipped = "DBOS Transact not installed (pip install '.[bench]')"
+        if not options["memory_applies"]:
+            s[
+                "rss_1k"
+            ].skipped = "opt-in: --memory-applies 10000 (a cluster applies 10k cases; minutes)"
+        if not options["load"]:
+            for name in ("load_admin_p95", "load_api_p95", "load_errors", "load_e2e"):
+                s[name].skipped = "opt-in: --load (locust, gunicorn, 1M cases)"
+        elif optional_module("lab.bench.load") is None:
+            for name in ("load_admin_p95", "load_api_p95", "load_errors", "load_e2e"):
+                s[name].skipped = "--load: the load run (lab.bench.load) is not written yet"
 
     def _start_orders(self) -> DeployedOrderSystem | None:
         s = self.run.series
@@ -218,6 +257,7 @@ class Bench:
                 self.run.out.flush()
                 Round(self, number).measure()
             if self.orders is not None:
+                self._memory()
                 end_to_end.orders_settle(self.run, wait=True)
             self.lists = self._list_pages(sizes)
         finally:
@@ -228,21 +268,32 @@ class Bench:
                 with contextlib.suppress(psycopg.Error):
                     drop_database(self.run.pgbench_db)
 
-    def _list_pages(self, sizes: tuple[int, ...]) -> tuple[list[str], bool | None, str]:
+    def _memory(self) -> None:
+        """Goal 8 (opt-in): one cluster's workers' RSS after a tenth of the applies and after
+        all of them."""
+        count, s = self.options["memory_applies"], self.run.series
+        if not count or s["rss_1k"].skipped or self.orders is None:
+            return
+        self.run.write(f"memory: {count} applies by one cluster…")
+        self.run.out.flush()
+        self.run.attempt(
+            s["rss_1k"], partial(end_to_end.worker_memory, self.run, self.orders, count)
+        )
+
+    def _list_pages(self, sizes: tuple[int, ...]) -> ListsOutcome:
         if self.options["skip_lists"]:
-            return [], None, "--skip-lists"
+            return ListsOutcome([], None, "--skip-lists")
         lists = optional_module(LISTS)
         if lists is None:
-            return [], None, f"{LISTS} does not exist"
+            return ListsOutcome([], None, f"{LISTS} does not exist")
         began = time.perf_counter()
-        found: tuple[list[str], bool | None, str] = ([], None, "")
         try:
-            lines, met = lists.measure_list_pages(
+            lines, met, worst = lists.measure_list_pages(
                 rounds=self.options["rounds"], sizes=sizes, progress=self.run.write
             )
-            found = (lines, met, "")
+            found = ListsOutcome(lines, met, "", worst)
         except Exception as exc:  # noqa: BLE001 - reported, the rest still prints
-            found = ([], None, f"failed: {exc!r}")
+            found = ListsOutcome([], None, f"failed: {exc!r}")
         self.run.write(f"  list pages {time.perf_counter() - began:.0f}s")
         return found
 
@@ -322,6 +373,18 @@ class Round:
             s["bare"],
             partial(end_to_end.bare_writes, run, orders, self.options["apply_cases"], self.number),
         )
+        self.timed(
+            "DBOS",
+            s["dbos"],
+            partial(end_to_end.dbos_writes, run, orders, self.options["apply_cases"], self.number),
+        )
+        self.timed(
+            "approve → done",
+            s["approve_p50"],
+            partial(
+                end_to_end.approve_to_done, run, orders, self.options["approve_cases"], self.number
+            ),
+        )
 
     def multihost(self) -> None:
         s, orders, module = self.run.series, self.bench.orders, self.bench.multihost
@@ -349,4 +412,4 @@ class Command(BaseCommand):
         bench = Bench(run, options)
         bench.prepare()
         bench.measure(sizes)
-        report(run, *bench.lists, time.perf_counter() - started)
+        report(run, bench.lists, time.perf_counter() - started)

@@ -19,20 +19,41 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from lab.bench.cluster import BARE, WORKERS, enqueue_many, ormq_sequence, qcluster, wait_acked, warm
+from lab.bench.cluster import (
+    BARE,
+    WORKERS,
+    child_env,
+    enqueue_many,
+    ormq_sequence,
+    qcluster,
+    wait_acked,
+    warm,
+)
 from lab.bench.context import PendingOrders, Run
-from lab.bench.cpu import CpuSplit
+from lab.bench.cpu import _CLOCK_TICKS as CLOCK_TICKS
+from lab.bench.cpu import CpuSplit, process_ticks
 from lab.bench.deployed_orders import DeployedOrderSystem
-from lab.bench.postgres import STATS_IDLE_FLUSH, Counters, backends, counters, xact_commits
+from lab.bench.postgres import (
+    STATS_IDLE_FLUSH,
+    Counters,
+    backends,
+    counters,
+    database_url,
+    drop_database,
+    recreate_database,
+    xact_commits,
+)
 from lab.bench.seeding import analyze, fixture, kind_change, quiet, ready_case_seed
 from lab.bench.series import Skip, has_task
 
@@ -429,6 +450,150 @@ def bare_writes(run: Run, orders: DeployedOrderSystem, count: int, number: int) 
             run.series["cpu bare all"].add(sum(split.values()))
     orders.check_changed_once(made, versions_before)
     return len(writes) / elapsed
+
+
+def dbos_writes(run: Run, orders: DeployedOrderSystem, count: int, number: int) -> float:
+    """The same backlog's writes as DBOS workflows (``lab.bench.dbos_anchor``), queued at the
+    cluster's concurrency; every order changed once."""
+    from lab.bench import dbos_anchor
+
+    made = approved_cases(run, orders, count, f"{number}d")
+    writes = _writes_of(made)
+    versions_before = orders.versions(list(made.values()))
+    system_db = f"{run.db_name}_dbos"
+    recreate_database(system_db)
+    quiet()
+    try:
+        rate = dbos_anchor.measure(
+            writes,
+            database_url(system_db),
+            WORKERS,
+            child_env(ORDER_SYSTEM_URL=orders.base_url),
+            run.log_dir,
+        )
+    finally:
+        drop_database(system_db)
+    orders.check_changed_once(made, versions_before)
+    return rate
+
+
+# --- approve → done, idle workers --------------------------------------------------------
+
+
+def percentile(values: list[float], share: float) -> float:
+    """The nearest-rank percentile (``share`` in 0..1) of ``values``."""
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), math.ceil(share * len(ordered))))
+    return ordered[rank - 1]
+
+
+def approve_to_done(run: Run, orders: DeployedOrderSystem, count: int, number: int) -> float:
+    """``count`` approvals one at a time, the workers idle before each: from the start of the
+    approval's transaction (the case made due, ``apply_case`` enqueued on its commit, as
+    ``approvals.services.proposal_approve`` ends) to the case's ``done`` event. Adds the
+    round's p99 and max; returns its p50 (ms)."""
+    from cases.models import Case, CaseEvent, Status
+    from cases.scheduling import enqueue_on_commit
+
+    made = approved_cases(run, orders, count, f"{number}l")
+    versions_before = orders.versions(list(made.values()))
+    waits: list[float] = []
+    quiet()
+    with qcluster(run.log_dir, f"latency-{number}", ORDER_SYSTEM_URL=orders.base_url) as process:
+        warm(process)
+        time.sleep(1.0)
+        for pk in made:
+            approved = timezone.now()
+            with transaction.atomic():
+                Case.objects.filter(pk=pk).update(next_check_at=approved)
+                enqueue_on_commit(APPLY, pk)
+            done_at = _done_at(pk, process, CaseEvent, Status.DONE)
+            waits.append((done_at - approved).total_seconds() * 1000)
+            time.sleep(0.3)  # the workers idle again
+    orders.check_changed_once(made, versions_before)
+    run.series["approve_p99"].add(percentile(waits, 0.99))
+    run.series["approve_max"].add(max(waits))
+    return percentile(waits, 0.5)
+
+
+def _done_at(pk: int, process: subprocess.Popen[bytes], events: Any, done: str) -> dt.datetime:
+    deadline = time.monotonic() + 60
+    while True:
+        found = (
+            events.objects.filter(case_id=pk, to_status=done)
+            .values_list("created_at", flat=True)
+            .first()
+        )
+        if found is not None:
+            return found
+        if process.poll() is not None:
+            raise Skip(f"the qcluster exited with {process.returncode}")
+        if time.monotonic() > deadline:
+            raise Skip(f"case {pk} not done 60 s after its approval")
+        time.sleep(0.02)
+
+
+# --- a worker's memory over many applies -------------------------------------------------
+
+
+def session_memory(session: int) -> dict[int, tuple[float, int]]:
+    """Each process of ``session``: (resident memory in MiB, CPU ticks used so far), from
+    ``/proc`` (Linux)."""
+    found = {}
+    for pid, (sid, ticks) in process_ticks().items():
+        if sid != session:
+            continue
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        for row in status.splitlines():
+            if row.startswith("VmRSS:"):
+                found[pid] = (int(row.split()[1]) / 1024, ticks)
+    return found
+
+
+def worker_memory(run: Run, orders: DeployedOrderSystem, count: int) -> float | None:
+    """``count`` applies by one cluster: the RSS of its busiest worker (the process of the
+    cluster that used the most CPU between the readings, alive at both) after the first tenth
+    is done, and at the end; adds the end's to ``rss_10k`` and returns the first."""
+    from cases.models import Case, Status
+
+    if not Path("/proc/self/status").exists():
+        raise Skip("reads /proc (Linux)")
+    made = approved_cases(run, orders, count, "mem")
+    ids = list(made)
+    versions_before = orders.versions(list(made.values()))
+    quiet()
+    first: dict[int, tuple[float, int]] = {}
+    with qcluster(run.log_dir, "memory", ORDER_SYSTEM_URL=orders.base_url) as process:
+        warm(process)
+        _enqueue_backlog(ids, not has_task(APPLY_DUE))
+        deadline = time.monotonic() + max(DONE_TIMEOUT, count / 5)
+        while True:
+            done = Case.objects.filter(pk__in=ids, status=Status.DONE).count()
+            if not first and done >= count // 10:
+                first = session_memory(process.pid)
+            if done == count:
+                break
+            if process.poll() is not None:
+                raise Skip(f"the qcluster exited with {process.returncode}")
+            if time.monotonic() > deadline:
+                raise Skip(f"{count - done} of {count} cases not done in time")
+            time.sleep(0.2)
+        last = session_memory(process.pid)
+    orders.check_changed_once(made, versions_before)
+    both = [pid for pid in last if pid in first]
+    if not both:
+        raise Skip("no process of the cluster lived from the first tenth to the end")
+    busiest = max(both, key=lambda pid: last[pid][1] - first[pid][1])
+    run.series["rss_10k"].add(last[busiest][0])
+    run.write(
+        f"  memory: {count} applies; the busiest worker (pid {busiest}, "
+        f"{(last[busiest][1] - first[busiest][1]) / CLOCK_TICKS:.0f} s of CPU meanwhile) "
+        f"{first[busiest][0]:.1f} → {last[busiest][0]:.1f} MiB"
+    )
+    return first[busiest][0]
 
 
 # --- several worker hosts -----------------------------------------------------------------

@@ -15,9 +15,10 @@ The pages are requested through Django's test ``Client`` as ``bench_lead``, a st
 one of the four teams (lead and approver, not a superuser: the team scoping is exercised), in
 interleaved rounds (each page at every size in turn, ``repeat`` times after a warm-up request,
 in each round). Each line gives the page's median
-time at the large size and the small one with [min–max], the query count at each size
-(``CaptureQueriesContext``), and the ratio of the medians; a page meets the goal when the ratio
-is at most :data:`GOAL_RATIO` and its query count is the same at every size.
+time at the large size and the small one with [min–max], its p95 at the large size, the query
+count at each size (``CaptureQueriesContext``), and the ratio of the medians; a page meets the
+goal when the ratio is at most :data:`GOAL_RATIO`, its p95 at the large size at most
+:data:`GOAL_P95_MS` and its query count the same at every size.
 """
 
 # ruff: noqa: S608 - the seed's SQL interpolates this module's own integers and names only.
@@ -34,13 +35,15 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.test import Client
 from django.test.utils import CaptureQueriesContext, override_settings
 from django.utils import timezone
 
 SEED_VERSION = 6
-GOAL_RATIO = 1.5
+GOAL_RATIO = 1.3
+GOAL_P95_MS = 500.0  # at the largest size
+PAGE_TIMEOUT_S = 30
 TEAMS = 4
 STAFF_PER_TEAM = 10  # the last of each team is its approver
 BENCH_USER_ID = TEAMS * STAFF_PER_TEAM + 1
@@ -444,6 +447,18 @@ def pages() -> list[Page]:
     ]
 
 
+def search_pages() -> list[Page]:
+    """Searches the bench times beside :func:`pages` that do not yet keep to their plans
+    (``tests/cases/test_list_scaling.py`` checks that no page of :func:`pages` reads every case):
+    three words, none selective alone -- every account's name has "Customer", many order ids
+    "ORD-100" -- each of which must match one of the fields. Issue 27: at 1M cases it did not
+    finish. Move it to :func:`pages` once the search is bounded by design."""
+    changelist = "/admin/cases/case/"
+    return [
+        Page("admin changelist search three words", changelist, {"q": "Customer 1000 ORD-100"}),
+    ]
+
+
 # --- databases ----------------------------------------------------------------------------------
 
 
@@ -451,13 +466,21 @@ def pages() -> list[Page]:
 def _database(name: str) -> Iterator[None]:
     """The default connection on database ``name`` inside the block, then back."""
     original = connection.settings_dict["NAME"]
+    options = connection.settings_dict["OPTIONS"]
     connection.close()
     connection.settings_dict["NAME"] = name
+    # A page that reads every case at 1M would hold the bench for minutes per request: each
+    # statement of the measured pages is cut at PAGE_TIMEOUT_S, and the page counts as missed.
+    connection.settings_dict["OPTIONS"] = {
+        **options,
+        "options": f"-c statement_timeout={PAGE_TIMEOUT_S * 1000}",
+    }
     try:
         yield
     finally:
         connection.close()
         connection.settings_dict["NAME"] = original
+        connection.settings_dict["OPTIONS"] = options
 
 
 def _exists(name: str) -> bool:
@@ -513,6 +536,7 @@ def prepare_database(name: str, size: int, progress: Callable[[str], None]) -> f
 class _Samples:
     ms: list[float] = field(default_factory=list)
     queries: set[int] = field(default_factory=set)
+    failed: str = ""
 
     def summary(self) -> str:
         return f"{statistics.median(self.ms):.0f} ms [{min(self.ms):.0f}–{max(self.ms):.0f}]"
@@ -528,6 +552,16 @@ def _client() -> Client:
 
 
 def _measure(client: Client, page: Page, entry: _Samples, repeat: int) -> None:
+    if entry.failed:
+        return  # timed out once: not asked again
+    try:
+        _requests(client, page, entry, repeat)
+    except DatabaseError as exc:  # the statement timeout
+        entry.failed = f"{type(exc).__name__} after {PAGE_TIMEOUT_S} s"
+        entry.ms.append(PAGE_TIMEOUT_S * 1000.0)
+
+
+def _requests(client: Client, page: Page, entry: _Samples, repeat: int) -> None:
     client.get(page.path, page.params)  # warm: this connection, caches, the session
     for _ in range(repeat):
         with CaptureQueriesContext(connection) as captured:
@@ -546,10 +580,11 @@ def measure_list_pages(
     sizes: tuple[int, ...] = (10_000, 1_000_000),
     progress: Callable[[str], None] = print,
     repeat: int = 4,
-) -> tuple[list[str], bool]:
+) -> tuple[list[str], bool, str]:
     """Each list page's time at the largest size over its time at the smallest: printable
-    lines (one per page, ending in the ratio as ``N×``) and whether every page met the goal
-    (ratio ≤ :data:`GOAL_RATIO`, the same query count at every size)."""
+    lines (one per page, ending in the ratio as ``N×``), whether every page met the goal
+    (ratio ≤ :data:`GOAL_RATIO`, p95 ≤ :data:`GOAL_P95_MS`, the same query count at every
+    size), and the worst page's ratio and p95."""
     if connection.vendor != "postgresql":
         raise RuntimeError("measure_list_pages runs on PostgreSQL only")
     base = connection.settings_dict["NAME"]
@@ -564,7 +599,7 @@ def measure_list_pages(
             f"list pages seed {_label(size)} ({names[size]}): "
             + (f"seeded in {took:.1f} s" if took is not None else "reused")
         )
-    listed = pages()
+    listed = pages() + search_pages()
     samples: dict[tuple[str, int], _Samples] = {}
     api: dict[str, Any] = settings.REST_FRAMEWORK
     # The API's rate limits would refuse a benchmark's hundreds of requests a minute.
@@ -588,9 +623,13 @@ def measure_list_pages(
                         _measure(clients[size], page, entry, repeat)
     axes.setLevel(axes_level)
     ok = True
+    worst_ratio, worst_p95 = (0.0, ""), (0.0, "")
     for page in listed:
         big, few = samples[(page.name, large)], samples[(page.name, small)]
         ratio = statistics.median(big.ms) / statistics.median(few.ms)
+        p95 = _p95(big.ms)
+        worst_ratio = max(worst_ratio, (ratio, page.name))
+        worst_p95 = max(worst_p95, (p95, page.name))
         counts = sorted(big.queries | few.queries)
         flat_queries = len(counts) == 1
         queries = (
@@ -599,10 +638,24 @@ def measure_list_pages(
             else f"{'/'.join(map(str, sorted(big.queries)))} vs "
             f"{'/'.join(map(str, sorted(few.queries)))} queries"
         )
-        met = ratio <= GOAL_RATIO and flat_queries
+        failed = big.failed or few.failed
+        met = ratio <= GOAL_RATIO and p95 <= GOAL_P95_MS and flat_queries and not failed
         ok = ok and met
         lines.append(
             f"{page.name} {_label(large)}/{_label(small)}: {big.summary()} vs {few.summary()}, "
-            f"{queries}{'' if met else ' (goal missed)'} … {ratio:.2f}×"
+            f"p95 {p95:.0f} ms, {queries}{f' ({failed})' if failed else ''}"
+            f"{'' if met else ' (goal missed)'} … {ratio:.2f}×"
         )
-    return lines, ok
+    worst = (
+        f"{_label(large)} vs {_label(small)}, {len(listed)} pages; worst ratio "
+        f"{worst_ratio[0]:.2f}× ({worst_ratio[1]}), worst p95 {worst_p95[0]:.0f} ms "
+        f"({worst_p95[1]})"
+        + ("" if large >= 1_000_000 else f"; NOTE the largest size was {_label(large)}, not 1M")
+    )
+    return lines, ok, worst
+
+
+def _p95(values: list[float]) -> float:
+    """The nearest-rank 95th percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, -(-95 * len(ordered) // 100) - 1)]

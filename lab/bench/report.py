@@ -8,7 +8,7 @@ import os
 
 from lab.bench.cluster import WORKERS
 from lab.bench.context import Run
-from lab.bench.goals import goals
+from lab.bench.goals import ListsOutcome, goals
 from lab.bench.series import Series, ratio
 
 CPU_ORDERS_PG = "cpu the order system's"
@@ -202,19 +202,30 @@ def multihost_line(s: dict[str, Series]) -> str:
     )
 
 
-def list_page_lines(list_lines: list[str], lists_skipped: str) -> list[str]:
-    if not list_lines:
-        return [f"list pages: not measured ({lists_skipped or 'no value'})"]
-    return ["", *list_lines]
+def list_page_lines(lists: ListsOutcome) -> list[str]:
+    if not lists.lines:
+        return [f"list pages: not measured ({lists.skipped or 'no value'})"]
+    return ["", *lists.lines]
 
 
-def report(
-    run: Run,
-    list_lines: list[str],
-    lists_met: bool | None,
-    lists_skipped: str,
-    elapsed: float,
-) -> None:
+def peer_lines(s: dict[str, Series]) -> list[str]:
+    """The DBOS anchor, approve → done and the worker's memory, when measured."""
+    lines = [
+        f"DBOS workflows (the same write, queued at {WORKERS}) / bare writes: "
+        f"{s['dbos'].text(1)} vs {s['bare'].text(1)} … {ratio(s['dbos'], s['bare'])}",
+        f"approve → done (idle workers, from the approval's transaction to the done event): "
+        f"p50 {s['approve_p50'].text(0)}, p99 {s['approve_p99'].text(0)}, "
+        f"max {s['approve_max'].text(0)}",
+    ]
+    if s["rss_1k"].values or s["rss_10k"].values:
+        lines.append(
+            "worker RSS (the cluster's busiest worker): after the first tenth "
+            f"{s['rss_1k'].text(1)}, at the end {s['rss_10k'].text(1)}"
+        )
+    return lines
+
+
+def report(run: Run, lists: ListsOutcome, elapsed: float) -> None:
     s = run.series
     lines = [
         "",
@@ -223,11 +234,12 @@ def report(
         noop_line(s),
         *end_to_end_lines(run),
         *bare_lines(s),
+        *peer_lines(s),
         multihost_line(s),
-        *list_page_lines(list_lines, lists_skipped),
+        *list_page_lines(lists),
         "",
-        "GOALS",
-        *(f"  {line}" for line in goals(s, lists_met, lists_skipped)),
+        "GOALS (issue 27; ratios of the medians of this run's rounds, with the per-round spread)",
+        *(f"  {line}" for line in goals(s, lists)),
         "",
         f"bench took {elapsed:.0f}s ({elapsed / 60:.1f} min); logs in {run.log_dir}",
     ]

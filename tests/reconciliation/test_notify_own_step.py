@@ -1,0 +1,105 @@
+"""The customer's notification is its own step after the apply's answer (seed 002: a failed or
+interrupted notification resumes the notification, never the apply).
+
+The cluster's apply task saves the answer and queues ``notify_case``; the notification is begun,
+sent and confirmed there. Real processes on PostgreSQL, the reference order system and a real
+SMTP server that counts what arrives:
+
+- a worker SIGKILLed between the answer's commit and the notification (before it even queued
+  the task): the attempt's lease runs out, the sweep sends the case back, and the customer is
+  notified exactly once, with the order changed exactly once;
+- run in process: the apply returns with the notification queued, and the task notifies and
+  closes; a second run of the task notifies nobody again.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+from django.core import mail
+
+from approvals.models import Operation
+from cases.models import Attempt, Case, Status
+from reconciliation.apply import apply_case, notify_case
+from tests.support.order_system import DEFAULT_GRANT_KEY
+from tests.support.proc_worker import Proc, wait_for
+
+
+def _env(live_orders, smtp, tmp_path, **extra: str) -> dict[str, str]:
+    return {
+        "ORDER_SYSTEM_URL": live_orders.base_url,
+        "APPROVAL_GRANT_KEY": DEFAULT_GRANT_KEY,
+        "HOLDFAST_STATE_DIR": str(tmp_path / "worker-state"),
+        "APPLY_LEASE_SECONDS": "3",
+        "APPLY_HEARTBEAT_SECONDS": "0.5",
+        **smtp.env(),
+        **extra,
+    }
+
+
+@pytest.mark.order_system
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_between_the_answer_and_the_notification_notifies_exactly_once(
+    approved_case, live_orders, smtp, tmp_path
+):
+    case = approved_case()  # approved: its apply task is queued
+    key = f"{Operation.objects.get(case=case).key}:notify"
+    drill = _env(
+        live_orders, smtp, tmp_path, HOLDFAST_DRILL="1", HOLDFAST_DRILL_STOP_AT="after_confirm"
+    )
+    with Proc("qcluster", env=drill) as first:
+        wait_for(
+            lambda: "drill: stopping at after_confirm" in first.output(),
+            timeout=90,
+            what="the worker to stop after the answer",
+        )
+        assert first.process is not None
+        os.killpg(first.process.pid, signal.SIGKILL)  # the whole cluster, the stopped worker too
+        first.process.wait(timeout=10)
+    operation = Operation.objects.get(case=case)
+    assert operation.confirmed_at is not None
+    assert operation.notified_at is None
+    assert Case.objects.get(pk=case.pk).status == Status.APPLYING
+    assert smtp.received == []
+
+    with Proc("qcluster", env=_env(live_orders, smtp, tmp_path)) as second:
+        wait_for(
+            lambda: Case.objects.get(pk=case.pk).status == Status.DONE,
+            timeout=90,
+            what="the case done after the lease ran out",
+        )
+        output = second.output()
+    arrived = [r for r in smtp.received if r.message["X-Holdfast-Notification-Key"] == key]
+    assert len(arrived) == 1, (smtp.received, output[-3000:])
+    assert len(live_orders.state(case.order_id)["operations"]) == 1
+    states = list(Attempt.objects.filter(case=case).order_by("sequence").values_list("state"))
+    assert states == [("lease_expired",), ("succeeded",)], states
+    assert Operation.objects.get(case=case).notified_at is not None
+
+
+@pytest.mark.order_system
+def test_the_apply_queues_the_notification_and_its_task_notifies_once(
+    approved_case, live_orders, django_capture_on_commit_callbacks
+):
+    case = approved_case()
+
+    with django_capture_on_commit_callbacks(execute=False) as queued:
+        outcome = apply_case(case_id=case.pk, notify_later=True)
+
+    assert outcome == "applied: the customer's notification queued"
+    assert len(queued) == 1
+    case.refresh_from_db()
+    assert case.status == Status.APPLYING
+    assert mail.outbox == []
+    assert len(live_orders.state(case.order_id)["operations"]) == 1
+
+    assert notify_case(case_id=case.pk) == "done"
+    assert notify_case(case_id=case.pk) == "nothing to notify"
+
+    case.refresh_from_db()
+    assert case.status == Status.DONE
+    assert len(mail.outbox) == 1
+    assert Attempt.objects.get(case=case).state == Attempt.State.SUCCEEDED
