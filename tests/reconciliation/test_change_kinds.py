@@ -21,11 +21,15 @@ from approvals.services import proposal_approve
 from cases.fencing import next_fencing_token
 from cases.kernel import Worker
 from cases.models import Attempt, Case, EvidenceReference, Status
-from reconciliation.apply import apply_case
+from reconciliation.apply import RESTORE_DETECTED, apply_case
 from reconciliation.claims import attempts_expire_leases, case_claim
 from reconciliation.client import OrderSystemClient
 from reconciliation.models import Autonomy, OrderSystemProfile
-from reconciliation.restore_detection import restore_detected_at_source, source_verified
+from reconciliation.restore_detection import (
+    restore_detected_at_source,
+    source_check_forget,
+    source_verified,
+)
 from reconciliation.settle import (
     SettlementContradicted,
     SettlementUnproven,
@@ -128,22 +132,7 @@ def _held_with_its_key_holding_another_change(approved_case, live_orders, kind) 
     case_claim(case_id=case.pk, worker=WORKER)
     assert attempts_expire_leases(now=timezone.now() + dt.timedelta(hours=1)) == 1
     operation = Operation.objects.get(case=case)
-    grant = grant_issue(
-        operation_key=operation.key,
-        order_id=case.order_id,
-        change=other,
-        approval_id="AP-ELSEWHERE",
-        expires_at=timezone.now() + dt.timedelta(hours=1),
-    )
-    with OrderSystemClient.from_settings() as client:
-        client.apply_operation(
-            case.order_id,
-            operation_key=operation.key,
-            change=other,
-            expected_version=live_orders.state(case.order_id)["order"]["version"],
-            fencing_token=next_fencing_token(),
-            approval_grant=grant,
-        )
+    _apply_at_the_source(live_orders, case, operation, other)
     case.refresh_from_db()
     assert case.status == Status.HELD
     return case
@@ -206,6 +195,53 @@ def test_the_restore_check_knows_every_kinds_operation_keys(approved_case, live_
         )
 
     assert f"applied {ghost}" in restore_detected_at_source(force=True)
+
+
+def test_a_known_operation_applied_at_the_source_but_never_sent_here_is_a_restore(
+    approved_case, live_orders
+):
+    """These records know the operation but show no attempt that sent it, yet the order system
+    applied it: the records are older than the order system (a backup taken before the send).
+    It is detected before any claim, recovery settles the case from the consistent lookup, and
+    nothing is written a second time."""
+    case = approved_case(change=address_change())
+    operation = Operation.objects.get(case=case)
+    source_verified()
+    _apply_at_the_source(live_orders, case, operation, case.change)
+    assert not operation.attempts.exists()
+
+    why = restore_detected_at_source(force=True)
+    assert f"applied {operation.key}" in why
+    assert "no attempt that sent it" in why
+
+    source_check_forget()  # the next claim compares with the order system first
+    outcome = apply_case(case_id=case.pk)
+    assert outcome.startswith(RESTORE_DETECTED), outcome
+    assert not Attempt.objects.filter(case=case, submitted_at__isnull=False).exists()
+    assert Operation.objects.get(pk=operation.pk).confirmed_at is not None
+    assert Case.objects.get(pk=case.pk).status != Status.HELD
+    assert [r["operation_key"] for r in _applied(live_orders, case.order_id)] == [operation.key]
+
+
+def _apply_at_the_source(live_orders, case: Case, operation: Operation, change: dict) -> None:
+    """The order system applies ``operation``'s key with ``change``, as a send these records
+    do not show would have."""
+    grant = grant_issue(
+        operation_key=operation.key,
+        order_id=case.order_id,
+        change=change,
+        approval_id="AP-ELSEWHERE",
+        expires_at=timezone.now() + dt.timedelta(hours=1),
+    )
+    with OrderSystemClient.from_settings() as client:
+        client.apply_operation(
+            case.order_id,
+            operation_key=operation.key,
+            change=change,
+            expected_version=live_orders.state(case.order_id)["order"]["version"],
+            fencing_token=next_fencing_token(),
+            approval_grant=grant,
+        )
 
 
 # --- autonomy per kind ---------------------------------------------------------------------
