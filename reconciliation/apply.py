@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import enum
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -40,11 +39,10 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 from django.core.mail import EmailMessage
-from django.db import connection
-from django.db.models import Count, Exists, Q, QuerySet
+from django.db.models import Count, Q
 from django.utils import timezone
 
-from approvals.models import Approval, Operation, Proposal
+from approvals.models import Operation
 from approvals.services import review_deadline
 from cases import kinds
 from cases.attempts import attempt_finish
@@ -68,7 +66,7 @@ from cases.models import (
     WaitingOn,
 )
 from cases.retries import retries_reset
-from cases.rows import locked, prepared_cursor, update
+from cases.rows import locked, update
 from reconciliation import metrics
 from reconciliation.claims import (
     Claimed,
@@ -80,7 +78,6 @@ from reconciliation.claims import (
     claim_case,
     claim_next_due,
     keep_alive,
-    lease_seconds,
     record_claim_released,
 )
 from reconciliation.client import OperationRecord, OperationResult, OrderSystemClient
@@ -94,6 +91,12 @@ from reconciliation.exceptions import (
     UnknownOperation,
 )
 from reconciliation.failures import Words, literal, transient_failure_record
+from reconciliation.leases import (
+    approval_live,
+    lease_expiry,
+    lease_renew_applied,
+    lease_renew_submitting,
+)
 from reconciliation.restore_detection import (
     RecoveryRequired,
     restore_detected_at_source,
@@ -427,92 +430,24 @@ def _stopped_before_submitting(attempt: Attempt, worker: Worker, authority: _Aut
     if state == Attempt.State.CANCEL_REQUESTED:
         attempt_acknowledge_cancel(attempt_id=attempt.pk, worker=worker)
         return "cancel acknowledged"
-    if state == Attempt.State.RUNNING and not _approval_live(authority, timezone.now()).exists():
+    live = approval_live(authority.approval_id, timezone.now())
+    if state == Attempt.State.RUNNING and not live.exists():
         ended = EndedApprovalExpired("The approval expired before the change was sent")
         return _finish(attempt, worker, ended)
     return "stale: stopped before submitting"
 
 
-def _approval_live(authority: _Authority, now: dt.datetime) -> QuerySet[Approval]:
-    """The approval the attempt sends under, if it still authorizes the change at ``now`` (as
-    ``approvals.services.live_approval``)."""
-    return Approval.objects.filter(
-        pk=authority.approval_id,
-        proposal__status=Proposal.Status.APPROVED,
-        decision=Approval.Decision.APPROVED,
-        revoked_at__isnull=True,
-        expires_at__gt=now,
-    )
-
-
 def _mark_submitting(attempt: Attempt, authority: _Authority | None = None) -> bool:
-    """Durably note that the write may leave now, in one statement that also renews the lease:
-    only while the attempt is current, its lease unexpired and the approval it sends under
-    (``authority``) still live. On PostgreSQL the statement is written out
-    (:func:`_mark_submitting_sql`: the ORM's, compiled afresh on every apply, cost a
-    millisecond of the worker's time); elsewhere the ORM's (:func:`_mark_submitting_orm`).
-    ``tests/reconciliation/test_hot_path.py`` checks both decide and write the same."""
+    """Durably note that the write may leave now, in one statement that also renews the lease
+    (``reconciliation.leases.lease_renew_submitting``): only while the attempt is current, its
+    lease unexpired and the approval it sends under (``authority``) still live."""
     now = timezone.now()
-    lease = now + dt.timedelta(seconds=lease_seconds(attempt.kind))
-    if connection.vendor == "postgresql":
-        return _mark_submitting_sql(attempt, authority, now=now, lease=lease)
-    return _mark_submitting_orm(attempt, authority, now=now, lease=lease)
-
-
-def _mark_submitting_orm(
-    attempt: Attempt, authority: _Authority | None, *, now: dt.datetime, lease: dt.datetime
-) -> bool:
-    live = [] if authority is None else [Exists(_approval_live(authority, now))]
-    return bool(
-        Attempt.objects.filter(
-            *live,
-            pk=attempt.pk,
-            state=Attempt.State.RUNNING,
-            fencing_token=attempt.fencing_token,
-            lease_expires_at__gt=now,
-        ).update(submitted_at=now, heartbeat_at=now, lease_expires_at=lease)
+    return lease_renew_submitting(
+        attempt,
+        None if authority is None else authority.approval_id,
+        now=now,
+        lease=lease_expiry(attempt.kind, now),
     )
-
-
-@functools.cache
-def _pg_mark_submitting_sql(*, live: bool) -> str:
-    """:func:`_mark_submitting_orm`'s statement; ``live``: with the approval's check
-    (:func:`_approval_live`)."""
-    approval = (
-        f"AND EXISTS (SELECT 1 FROM {Approval._meta.db_table} ap "  # noqa: S608 - metadata
-        f"JOIN {Proposal._meta.db_table} pp ON pp.id = ap.proposal_id "
-        "WHERE ap.id = %(approval)s AND pp.status = %(approved)s AND ap.decision = %(decided)s "
-        "AND ap.revoked_at IS NULL AND ap.expires_at > %(now)s)"
-        if live
-        else ""
-    )
-    return (
-        f"UPDATE {Attempt._meta.db_table} "  # noqa: S608 - identifiers from the models' metadata
-        "SET submitted_at = %(now)s, heartbeat_at = %(now)s, lease_expires_at = %(lease)s "
-        "WHERE id = %(id)s AND state = %(running)s AND fencing_token = %(token)s "
-        f"AND lease_expires_at > %(now)s {approval}"
-    )
-
-
-def _mark_submitting_sql(
-    attempt: Attempt, authority: _Authority | None, *, now: dt.datetime, lease: dt.datetime
-) -> bool:
-    params: dict[str, Any] = {
-        "now": now,
-        "lease": lease,
-        "id": attempt.pk,
-        "running": Attempt.State.RUNNING.value,
-        "token": attempt.fencing_token,
-    }
-    if authority is not None:
-        params |= {
-            "approval": authority.approval_id,
-            "approved": Proposal.Status.APPROVED.value,
-            "decided": Approval.Decision.APPROVED.value,
-        }
-    with prepared_cursor() as cursor:
-        cursor.execute(_pg_mark_submitting_sql(live=authority is not None), params)
-        return cursor.rowcount == 1
 
 
 def attempt_record_applied(
@@ -574,15 +509,7 @@ def _record_applied(
                 detail={"operation_key": operation.key, "attempt": attempt.reference},
             )
         # Still current: the step is confirmed and the lease renewed for the steps after it.
-        current = update(
-            Attempt,
-            {"pk": attempt.pk, "state": Attempt.State.RUNNING},
-            {
-                "last_confirmed_step": Attempt.Step.APPLIED,
-                "heartbeat_at": now,
-                "lease_expires_at": now + dt.timedelta(seconds=lease_seconds(attempt.kind)),
-            },
-        )
+        current = lease_renew_applied(attempt, now)
         # Nothing to send for the notification: the answer, the notification's step and the
         # close are this transaction's writes, and nothing below reads the case's row or its
         # events back, so the case is saved once and the events inserted together.
