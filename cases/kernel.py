@@ -492,6 +492,10 @@ def claim_write(case: Case, version: int, attempt: Attempt, event: CaseEvent) ->
     return _claim_write_orm(case, version, attempt, event)
 
 
+def _case_field(name: str) -> Any:
+    return Case._meta.get_field(name)
+
+
 def _claim_write_orm(case: Case, version: int, attempt: Attempt, event: CaseEvent) -> bool:
     moved = Case.objects.filter(pk=case.pk, status=Status.READY, version=version).update(
         **{name: getattr(case, name) for name in CLAIMED_FIELDS}
@@ -517,7 +521,7 @@ def _pg_claim_write_sql() -> str:
             f'SELECT {values} FROM {source} RETURNING "id"'
         )
 
-    sets = ", ".join(f'"{Case._meta.get_field(name).column}" = %s' for name in CLAIMED_FIELDS)
+    sets = ", ".join(f'"{_case_field(name).column}" = %s' for name in CLAIMED_FIELDS)
     return (
         f'WITH claimed AS (UPDATE "{Case._meta.db_table}" SET {sets} '  # noqa: S608 - metadata
         f'WHERE "id" = %s AND "status" = %s AND "version" = %s RETURNING "id"), '
@@ -530,10 +534,7 @@ def _pg_claim_write_sql() -> str:
 def _claim_write_sql(case: Case, version: int, attempt: Attempt, event: CaseEvent) -> bool:
     db = current()
     params = [
-        *(
-            Case._meta.get_field(name).get_db_prep_save(getattr(case, name), db)
-            for name in CLAIMED_FIELDS
-        ),
+        *(_case_field(name).get_db_prep_save(getattr(case, name), db) for name in CLAIMED_FIELDS),
         case.pk,
         Status.READY.value,
         version,

@@ -14,6 +14,7 @@ SETTLE = "reconciliation/settle.py"
 DETECT = "reconciliation/restore_detection.py"
 RECOVER = "reconciliation/restore_recovery.py"
 REVOKE = "reconciliation/revocation.py"
+LEASES = "reconciliation/leases.py"
 KERNEL = "cases/kernel.py"
 FENCING = "cases/fencing.py"
 AUDIT = "cases/audit.py"
@@ -52,7 +53,7 @@ MUTATIONS: list[Mutation] = [
         CLAIMS,
         "        case.revoked_at is not None\n        or not case.account.access_active",
         "        False\n        or not case.account.access_active",
-        (T_REVOCATION, T_GUARDS, T_CLAIMS),
+        (T_GUARDS,),
         "a revoked case is claimed",
     ),
     Mutation(
@@ -60,7 +61,7 @@ MUTATIONS: list[Mutation] = [
         CLAIMS,
         "        or row.pending_cancel\n",
         "",
-        (T_CANCEL, T_GUARDS, T_CLAIMS),
+        (T_GUARDS,),
         "a case with a pending cancellation is claimed",
     ),
     Mutation(
@@ -84,7 +85,7 @@ MUTATIONS: list[Mutation] = [
         CLAIMS,
         "(row.autonomy != Autonomy.AUTONOMOUS and case.apply_authorized_by_id is None)",
         "False",
-        (T_GUARDS, T_CLAIMS, "tests/reconciliation/test_autonomy.py"),
+        (T_APPLY, T_KINDS),
         "a supervised kind is applied without a person starting it",
     ),
     Mutation(
@@ -114,19 +115,19 @@ MUTATIONS: list[Mutation] = [
     # --- leases and heartbeats -----------------------------------------------------------------
     Mutation(
         "heartbeat-renews-expired-lease",
-        CLAIMS,
-        "        lease_expires_at__gt=now,\n"
-        "    ).update(lease_expires_at=expires, heartbeat_at=now)",
-        "    ).update(lease_expires_at=expires, heartbeat_at=now)",
-        (T_KEEP_ALIVE, T_WATCHDOG, T_CLAIMS),
+        LEASES,
+        "            lease_expires_at__gt=now,\n"
+        "        ).update(lease_expires_at=expires, heartbeat_at=now)",
+        "        ).update(lease_expires_at=expires, heartbeat_at=now)",
+        (T_CLAIMS, T_KEEP_ALIVE, T_WATCHDOG),
         "a worker whose lease ran out renews it and carries on",
     ),
     Mutation(
         "heartbeat-ignores-fencing-token",
-        CLAIMS,
-        "        fencing_token=fencing_token,\n        state__in=Attempt.ACTIVE,",
-        "        state__in=Attempt.ACTIVE,",
-        (T_KEEP_ALIVE, T_WATCHDOG, T_CLAIMS),
+        LEASES,
+        "            fencing_token=fencing_token,\n            state__in=Attempt.ACTIVE,",
+        "            state__in=Attempt.ACTIVE,",
+        (T_CLAIMS, T_KEEP_ALIVE, T_WATCHDOG),
         "an attempt renews the lease with a token that is not its own",
     ),
     Mutation(
@@ -159,7 +160,7 @@ MUTATIONS: list[Mutation] = [
         FENCING,
         '    counter_raise_to("fencing_token", minimum)',
         "    pass",
-        (T_RESTORE, T_RESTORE_SOURCE),
+        (T_RESTORE,),
         "recovery after a restore does not move the token sequence past what was used",
     ),
     # --- idempotency and the look before writing ---------------------------------------------
@@ -184,7 +185,7 @@ MUTATIONS: list[Mutation] = [
         APPLY,
         "    if restored.exists():\n",
         "    if False:\n",
-        (T_LOOK, T_RESTORE, T_RESTORE_SOURCE),
+        (T_LOOK,),
         "a recovered case writes without a look although its records are older",
     ),
     Mutation(
@@ -196,27 +197,19 @@ MUTATIONS: list[Mutation] = [
         "the look before writing confirms a key that holds another change",
     ),
     Mutation(
-        "look-accepts-unapplied-record",
-        APPLY,
-        '        and record.status == "applied"\n',
-        "",
-        (T_LOOK,),
-        "a key found but not applied is confirmed as applied",
-    ),
-    Mutation(
         "submit-after-lease-expired",
-        APPLY,
+        LEASES,
         "            lease_expires_at__gt=now,\n        ).update(submitted_at=now",
         "        ).update(submitted_at=now",
-        (T_APPLY, T_STOP, T_HOT),
+        (T_GUARDS,),
         "a worker whose lease expired still marks the write as leaving",
     ),
     Mutation(
         "submit-without-live-approval",
-        APPLY,
-        "    live = [] if authority is None else [Exists(_approval_live(authority, now))]",
+        LEASES,
+        "    live = [] if approval_id is None else [Exists(approval_live(approval_id, now))]",
         "    live = []",
-        (T_APPLY, T_STOP, T_HOT),
+        (T_GUARDS,),
         "the write leaves under an approval that lapsed after the claim",
     ),
     Mutation(
@@ -224,7 +217,7 @@ MUTATIONS: list[Mutation] = [
         APPLY,
         "            result.replayed\n            and not looked_up",
         "            False\n            and not looked_up",
-        (T_RESTORE_SOURCE, T_RESTORE),
+        (T_KINDS,),
         "a first send answered 'already applied' is not taken as a sign of a restore",
     ),
     # --- settlement: close the door, then look ---------------------------------------------------
@@ -270,19 +263,11 @@ MUTATIONS: list[Mutation] = [
         "a failed lookup is taken as proof of absence",
     ),
     Mutation(
-        "stale-finding-kept-after-new-attempt",
-        SETTLE,
-        "        if case.version != version or newer_attempt:",
-        "        if case.version != version:",
-        (T_STALE, T_SETTLE),
-        "a finding older than a newer attempt's token is acted on",
-    ),
-    Mutation(
         "stale-finding-kept-after-case-changed",
         SETTLE,
         "        if case.version != version or newer_attempt:",
         "        if newer_attempt:",
-        (T_STALE, T_SETTLE, "tests/reconciliation/test_inbound.py"),
+        (T_STALE,),
         "a finding is acted on although the case changed during the investigation",
     ),
     Mutation(
@@ -298,7 +283,7 @@ MUTATIONS: list[Mutation] = [
         SETTLE,
         "    if live_approval(case) is None:\n",
         "    if False:\n",
-        (T_SETTLE, "tests/approvals/test_expiry.py"),
+        (T_CANCEL,),
         "a held case proven absent is re-applied under an approval that expired",
     ),
     Mutation(
@@ -306,7 +291,7 @@ MUTATIONS: list[Mutation] = [
         SETTLE,
         "            if isinstance(finding, Applied):\n",
         "            if False:\n",
-        (T_MANUAL,),
+        (T_SETTLE,),
         "a person declares absent what the consistent lookup shows applied",
     ),
     Mutation(
@@ -322,17 +307,8 @@ MUTATIONS: list[Mutation] = [
         SETTLE,
         "                if looks_up:\n",
         "                if False:\n",
-        (T_MANUAL,),
-        "a person declares applied what the consistent lookup does not know",
-    ),
-    Mutation(
-        "manual-settle-ignores-newer-attempt",
-        SETTLE,
-        "        if fence_token is not None and case.attempts.filter("
-        "fencing_token__gt=fence_token).exists():",
-        "        if False:",
         (T_MANUAL_FENCE,),
-        "a manual 'absent' lands after a newer attempt started",
+        "a person declares applied what the consistent lookup does not know",
     ),
     Mutation(
         "worker-settles-on-restored-database",

@@ -269,3 +269,24 @@ def test_a_pending_cancellation_is_refused_by_the_claim(ready_case, live_orders)
 
     assert not Attempt.objects.filter(case=case).exists()
     _nothing_reached_the_order(live_orders)
+
+
+def test_a_lease_running_out_between_claim_and_send_stops_the_send(
+    ready_case, live_orders, monkeypatch
+):
+    """The worker was slow between its claim and the send: its lease ran out (the watchdog has
+    not looked yet, nobody fenced the order). The mark that the write may leave checks the
+    lease, so nothing is sent."""
+    case, _ = ready_case()
+
+    def lease_runs_out() -> None:
+        Attempt.objects.filter(case=case).update(
+            lease_expires_at=timezone.now() - dt.timedelta(seconds=1)
+        )
+
+    _at(monkeypatch, "after_claim", lease_runs_out)
+
+    assert apply_case(case_id=case.pk) == "stale: stopped before submitting"
+
+    assert Attempt.objects.get(case=case).submitted_at is None
+    _nothing_reached_the_order(live_orders)
