@@ -476,6 +476,18 @@ CLAIMED_FIELDS = (
 )
 
 
+def claim_transition(case: Case, *, next_check_at: dt.datetime, now: dt.datetime) -> int:
+    """The claim's transition ready → applying on the case the claim read under its lock, made
+    in memory (the next version, a worker's wait, the next check) for :func:`claim_write` to
+    write as one compare-and-set. Returns the version the claim read."""
+    version = case.version
+    case.claim()
+    case.version = version + 1
+    case.waiting_on, case.waiting_reason = WAITING_AFTER["claim"]
+    case.next_check_at, case.updated_at = next_check_at, now
+    return version
+
+
 def claim_write(case: Case, version: int, attempt: Attempt, event: CaseEvent) -> bool:
     """Write a won claim (``reconciliation.claims``): the case's move ready → applying, made in
     memory by the caller (``case.claim()``, the next version, its wait and next check), as a

@@ -39,6 +39,7 @@ from cases.kernel import (
     apply_transition,
     bump_and_save,
     case_step,
+    claim_transition,
     claim_write,
     event_row,
     lock_case,
@@ -499,12 +500,8 @@ def _claim_won(
     ):
         raise SourceCheckDue
     lease = lease_expiry(kind, now)
-    version = case.version
-    case.claim()  # the transition in memory; the compare-and-set below is what writes it
-    case.version = version + 1
-    case.waiting_on, case.waiting_reason = WaitingOn.WORKER, "A worker is applying the change"
     # The watchdog's look: when the attempt's lease runs out without a heartbeat.
-    case.next_check_at, case.updated_at = lease, now
+    version = claim_transition(case, next_check_at=lease, now=now)
     sequence = (row.last_sequence or 0) + 1
     token = row.token if row.token is not None else next_fencing_token()
     attempt = Attempt(

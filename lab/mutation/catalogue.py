@@ -315,7 +315,7 @@ MUTATIONS: list[Mutation] = [
         SETTLE,
         "    if isinstance(actor, Worker) and not recovering and restore_detected():",
         "    if False:",
-        (T_RESTORE_GUARD, T_RESTORE),
+        (T_RESTORE_GUARD,),
         "a worker settles on a database restored from an older backup",
     ),
     # --- restore: detection and recovery ---------------------------------------------------------
