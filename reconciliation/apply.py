@@ -474,40 +474,7 @@ def _record_applied(
     plan: Notify | None = None
     with case_step(attempt.case_id, actor=worker, related=WORKER_RELATED) as case:
         operation = locked(Operation, attempt.operation_id)
-        unexpected = (
-            result.replayed
-            and not looked_up
-            and not Attempt.objects.filter(operation=operation, submitted_at__isnull=False)
-            .exclude(pk=attempt.pk)
-            .exists()
-        )
-        if looked_up:
-            kind, how = "operation_lookup", f"found by the consistent lookup ({looked_up})"
-        else:
-            kind = "operation_replayed" if result.replayed else "operation_applied"
-            how = "applied"
-        operation_confirm(
-            case=case,
-            operation=operation,
-            order_version=result.order_version,
-            actor=worker,
-            kind=kind,
-            summary=f"{operation.key} {how}: {operation.description}, "
-            f"order version {result.order_version}",
-        )
-        if unexpected:
-            # A first send answered "already applied": these records lack what the order
-            # system holds (a restore nobody detected). What followed the apply is unknown.
-            source_check_forget()
-            record_fact(
-                case=case,
-                action=Action.RESTORE_UNEXPECTED_REPLAY,
-                actor=worker,
-                reason=f"{operation.key} was already applied although these records show no "
-                "attempt that sent it: they are older than the order system. The customer may "
-                "already have been told",
-                detail={"operation_key": operation.key, "attempt": attempt.reference},
-            )
+        _confirm_answer(case, operation, attempt, worker, result, looked_up)
         # Still current: the step is confirmed and the lease renewed for the steps after it.
         current = lease_renew_applied(attempt, now)
         # Nothing to send for the notification: the answer, the notification's step and the
@@ -536,17 +503,7 @@ def _record_applied(
                 case=case,
                 action=Action.STEP_APPLIED if current else Action.ATTEMPT_LATE_RESULT_RECORDED,
                 actor=worker,
-                reason=(
-                    f"{operation.key} {'found applied' if looked_up else 'applied'} at order "
-                    f"version {result.order_version}"
-                    + (f" ({looked_up}); not written again" if looked_up else "")
-                    + (
-                        ""
-                        if current
-                        else f"; {attempt.reference} was no longer current, "
-                        "so its result is recorded as evidence only"
-                    )
-                ),
+                reason=_step_reason(operation, attempt, result, looked_up, current=current),
                 detail={
                     "attempt": attempt.reference,
                     "order_version": result.order_version,
@@ -577,6 +534,76 @@ def _record_applied(
                         return closed, None
                     plan = Notify.CLOSED
     return ("confirmed" if current else "late: recorded as evidence"), plan
+
+
+def _confirm_answer(
+    case: Case,
+    operation: Operation,
+    attempt: Attempt,
+    worker: Worker,
+    result: OperationResult,
+    looked_up: str,
+) -> None:
+    """Confirm the operation from the order system's answer (or the look's find), under the
+    case and operation locks the caller holds; a first send answered "already applied" is
+    recorded as what it shows: these records are older than the order system."""
+    unexpected = (
+        result.replayed
+        and not looked_up
+        and not Attempt.objects.filter(operation=operation, submitted_at__isnull=False)
+        .exclude(pk=attempt.pk)
+        .exists()
+    )
+    if looked_up:
+        kind, how = "operation_lookup", f"found by the consistent lookup ({looked_up})"
+    else:
+        kind = "operation_replayed" if result.replayed else "operation_applied"
+        how = "applied"
+    operation_confirm(
+        case=case,
+        operation=operation,
+        order_version=result.order_version,
+        actor=worker,
+        kind=kind,
+        summary=f"{operation.key} {how}: {operation.description}, "
+        f"order version {result.order_version}",
+    )
+    if unexpected:
+        # A first send answered "already applied": these records lack what the order
+        # system holds (a restore nobody detected). What followed the apply is unknown.
+        source_check_forget()
+        record_fact(
+            case=case,
+            action=Action.RESTORE_UNEXPECTED_REPLAY,
+            actor=worker,
+            reason=f"{operation.key} was already applied although these records show no "
+            "attempt that sent it: they are older than the order system. The customer may "
+            "already have been told",
+            detail={"operation_key": operation.key, "attempt": attempt.reference},
+        )
+
+
+def _step_reason(
+    operation: Operation,
+    attempt: Attempt,
+    result: OperationResult,
+    looked_up: str,
+    *,
+    current: bool,
+) -> str:
+    """The words of the apply step's event."""
+    reason = (
+        f"{operation.key} {'found applied' if looked_up else 'applied'} at order "
+        f"version {result.order_version}"
+    )
+    if looked_up:
+        reason += f" ({looked_up}); not written again"
+    if not current:
+        reason += (
+            f"; {attempt.reference} was no longer current, so its result is recorded as "
+            "evidence only"
+        )
+    return reason
 
 
 def attempt_record_refusal(attempt: Attempt, worker: Worker, exc: OrderSystemError) -> str:
