@@ -490,7 +490,7 @@ MUTATIONS: list[Mutation] = [
         KERNEL,
         "        head = batch.events[-1].hash",
         "        head = None",
-        (T_CHAIN,),
+        (T_KERNEL, T_CHAIN),
         "events written together link to the stored head, not to each other",
     ),
 ]
