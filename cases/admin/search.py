@@ -66,30 +66,13 @@ class IndexedSearchMixin:
         if not search_term or not fields or any(f[0] in "^=@" for f in fields):
             return super().get_search_results(request, queryset, search_term)  # type: ignore[misc]
         rows = queryset.model._default_manager
-        words = [
-            unescape_string_literal(bit) if bit[0] in "\"'" and bit[0] == bit[-1] else bit
-            for bit in smart_split(search_term)
-        ]
-        # Words with a digit first: references and order ids, which few rows share.
-        words.sort(key=lambda word: not any(c.isdigit() for c in word))
         narrowed = False
         broad: list[tuple[str, list[QuerySet[Any]]]] = []
-        for bit in words:
+        for bit in _words(search_term):
             if narrowed:  # checked on the few rows left (below): no index needs asking
                 broad.append((bit, []))
                 continue
-            parts = [
-                rows.alias(hf_unindexed=_unindexed(field))
-                .filter(_contains(field, "hf_unindexed", bit))
-                .order_by()
-                .values("pk")
-                for field in fields
-            ]
-            found: set[Any] = set()  # the rows, once each however many fields match
-            for part in parts:
-                if len(found) <= RESOLVED_MATCHES:
-                    wanted = RESOLVED_MATCHES + 1 - len(found)
-                    found.update(part.exclude(pk__in=found).values_list("pk", flat=True)[:wanted])
+            found, parts = _look_up(rows, fields, bit)
             if len(found) <= RESOLVED_MATCHES:
                 queryset = queryset.filter(pk__in=sorted(found))
                 narrowed = True
@@ -100,11 +83,44 @@ class IndexedSearchMixin:
         if not narrowed:  # every word matches many rows: the first keeps its subquery
             _, parts = broad.pop(0)
             queryset = queryset.filter(pk__in=parts[0].union(*parts[1:]))
-        # The other words are checked, as the admin's own search would, on the rows left (a
-        # search of "Customer 777" looked "Customer" up in all 100k accounts).
-        checks = {f"hf_check_{i}": _unindexed(field) for i, field in enumerate(fields)}
-        queryset = queryset.alias(**checks)
-        for bit, _ in broad:
-            matches = (Q(**{f"{name}__icontains": bit}) for name in checks)
-            queryset = queryset.filter(functools.reduce(operator.or_, matches))
-        return queryset, False
+        return _checked(queryset, fields, [bit for bit, _ in broad]), False
+
+
+def _words(search_term: str) -> list[str]:
+    """The search's words, as the admin splits them (quoted phrases kept whole), those with a
+    digit first: references and order ids, which few rows share."""
+    words = [
+        unescape_string_literal(bit) if bit[0] in "\"'" and bit[0] == bit[-1] else bit
+        for bit in smart_split(search_term)
+    ]
+    words.sort(key=lambda word: not any(c.isdigit() for c in word))
+    return words
+
+
+def _look_up(rows: Any, fields: list[str], bit: str) -> tuple[set[Any], list[QuerySet[Any]]]:
+    """The rows whose ``fields`` contain ``bit``, each field asked through its index, read
+    only while they are few (up to ``RESOLVED_MATCHES`` + 1), and the per-field subqueries."""
+    parts = [
+        rows.alias(hf_unindexed=_unindexed(field))
+        .filter(_contains(field, "hf_unindexed", bit))
+        .order_by()
+        .values("pk")
+        for field in fields
+    ]
+    found: set[Any] = set()  # the rows, once each however many fields match
+    for part in parts:
+        if len(found) <= RESOLVED_MATCHES:
+            wanted = RESOLVED_MATCHES + 1 - len(found)
+            found.update(part.exclude(pk__in=found).values_list("pk", flat=True)[:wanted])
+    return found, parts
+
+
+def _checked(queryset: QuerySet[Any], fields: list[str], bits: list[str]) -> QuerySet[Any]:
+    """The other words are checked, as the admin's own search would, on the rows left (a
+    search of "Customer 777" looked "Customer" up in all 100k accounts)."""
+    checks = {f"hf_check_{i}": _unindexed(field) for i, field in enumerate(fields)}
+    queryset = queryset.alias(**checks)
+    for bit in bits:
+        matches = (Q(**{f"{name}__icontains": bit}) for name in checks)
+        queryset = queryset.filter(functools.reduce(operator.or_, matches))
+    return queryset

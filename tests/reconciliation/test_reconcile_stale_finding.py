@@ -90,3 +90,35 @@ def test_an_order_event_recorded_during_the_investigation_does_not_discard_the_f
     assert recorded.detail["event_id"] == "evt-during-lookup"  # it did land mid-lookup
     assert outcome == "applied", outcome
     assert case.status == Status.READY  # proven applied: the steps after the apply resume
+
+
+def test_a_finding_about_a_case_that_changed_meanwhile_is_discarded_and_looked_at_again(
+    approved_case, live_orders, agent
+):
+    """No newer attempt, but the case moved on while the reconciler looked (the customer asked
+    to cancel): the finding describes the case as it was, so it is discarded, recorded as such,
+    and the case is looked at again at once -- and then settled with the cancellation."""
+    from cases.codes import Action
+    from cases.models import CaseEvent
+
+    case = approved_case()
+    case_claim(case_id=case.pk, worker=WORKER)  # claims and goes silent before sending
+    assert attempts_expire_leases(now=timezone.now() + dt.timedelta(hours=1)) == 1
+
+    class CancelDuringTheLook(OrderSystemClient):
+        def get_operation(self, operation_key):
+            case_cancel_request(case=case, actor=agent, reason="cancel", via="api")
+            return super().get_operation(operation_key)
+
+    with CancelDuringTheLook.from_settings() as client:
+        outcome = case_reconcile(case_id=case.pk, client=client)
+
+    assert outcome == "skipped: changed during the investigation"
+    case.refresh_from_db()
+    assert case.status == Status.HELD
+    assert case.next_check_at <= timezone.now()
+    assert CaseEvent.objects.filter(case=case, action=Action.FINDING_DISCARDED).exists()
+    assert CancellationRequest.objects.get(case=case).outcome == "pending"
+
+    assert case_reconcile(case_id=case.pk) == "cancelled"
+    assert live_orders.state("ORD-7731")["operations"] == []
