@@ -153,6 +153,9 @@ def test_dispatch_recovers_first_when_a_restore_is_detected(approved_case, live_
     assert live_orders.state("ORD-7731")["operations"] == []
 
 
+@pytest.mark.django_db(
+    transaction=True
+)  # the worker's tasks are queued on commit, as in production
 def test_run_worker_once_recovers_before_any_work_resumes(approved_case, live_orders):
     case = approved_case()
     _simulate_restore()
