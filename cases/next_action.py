@@ -14,7 +14,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from cases.actions import case_actions, who_may
-from cases.extensions import case_deciders, workers_may_settle
+from cases.extensions import case_deciders
+from cases.held import workers_settle
 from cases.models import Case, FollowUpState, Status, WaitingOn, overdue_cutoff
 
 _HEADLINES = {
@@ -128,15 +129,6 @@ def _who_must_answer(case: Case) -> str:
         return ""
     label = WaitingOn(case.waiting_on).label.lower() if case.waiting_on else ""
     return f"{label}; {person(responsible)} is responsible for following up"
-
-
-def workers_settle(case: Case) -> bool:
-    """A held case the workers are still settling by themselves: they look again at its
-    ``next_check_at``, and the order system is autonomous for its kind. Otherwise (the checks
-    ran out, or a worker may not settle this kind) only a person settles it."""
-    return (
-        case.status == Status.HELD and case.next_check_at is not None and workers_may_settle(case)
-    )
 
 
 def status_label(case: Case) -> str:
