@@ -182,14 +182,16 @@ def _follow_up(case: Case, now: dt.datetime) -> tuple[str, bool]:
     if case.next_check_at is None:
         return "No follow-up time is set.", False
     when = _when(case.next_check_at)
+    if workers_settle(case):
+        # No person's clock runs (``cases.held``): the workers' own next look is the time.
+        late = case.next_check_at < overdue_cutoff(now)
+        return _held_look(case) + (" That look is overdue." if late else ""), late
     if case.next_check_at < overdue_cutoff(now):
         return f"Follow-up is overdue since {when}.", True
     if case.next_check_at <= now:
         return f"Due now (since {when}); a worker picks it up within minutes.", False
     if case.status == Status.AWAITING_REVIEW:
         return f"The approvers should decide by {when}.", False
-    if workers_settle(case):
-        return _held_look(case), False
     return f"Next check at {when}.", False
 
 
