@@ -248,24 +248,29 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "failed-fence-is-proof",
         SETTLE,
-        '        return Unknown(f"the fence could not be raised ({exc.error}): not proof")',
-        '        return Absent(f"fence failed ({exc.error})", fence_token=token)',
+        "        return Unknown(\n"
+        '            f"the fence could not be raised: the order system {plain_failure(exc)}, so an "',
+        '        return Absent(f"fence failed ({exc.error})", fence_token=token)\n'
+        "        return Unknown(\n"
+        '            f"the fence could not be raised: the order system {plain_failure(exc)}, so an "',
         (T_SETTLE,),
         "an unreachable fence is taken as proof of absence",
     ),
     Mutation(
         "failed-lookup-is-proof",
         SETTLE,
-        '        return Unknown(f"the consistent lookup failed ({exc.error}): not proof", '
-        "fence_token=token)",
-        '        return Absent(f"lookup failed ({exc.error})", fence_token=token)',
+        "        return Unknown(\n"
+        '            f"the consistent lookup failed: asked for the operation after the fence, the "',
+        '        return Absent(f"lookup failed ({exc.error})", fence_token=token)\n'
+        "        return Unknown(\n"
+        '            f"the consistent lookup failed: asked for the operation after the fence, the "',
         (T_SETTLE,),
         "a failed lookup is taken as proof of absence",
     ),
     Mutation(
         "stale-finding-kept-after-case-changed",
         SETTLE,
-        "        if case.version != version or newer_attempt:",
+        "        if moved or newer_attempt:",
         "        if newer_attempt:",
         (T_STALE,),
         "a finding is acted on although the case changed during the investigation",
