@@ -249,10 +249,12 @@ MUTATIONS: list[Mutation] = [
         "failed-fence-is-proof",
         SETTLE,
         "        return Unknown(\n"
-        '            f"the fence could not be raised: the order system {plain_failure(exc)}, so an "',
+        '            f"the fence could not be raised: the order system '
+        '{plain_failure(exc)}, so an "',
         '        return Absent(f"fence failed ({exc.error})", fence_token=token)\n'
         "        return Unknown(\n"
-        '            f"the fence could not be raised: the order system {plain_failure(exc)}, so an "',
+        '            f"the fence could not be raised: the order system '
+        '{plain_failure(exc)}, so an "',
         (T_SETTLE,),
         "an unreachable fence is taken as proof of absence",
     ),
@@ -260,10 +262,12 @@ MUTATIONS: list[Mutation] = [
         "failed-lookup-is-proof",
         SETTLE,
         "        return Unknown(\n"
-        '            f"the consistent lookup failed: asked for the operation after the fence, the "',
+        '            f"the consistent lookup failed: asked for the operation after the '
+        'fence, the "',
         '        return Absent(f"lookup failed ({exc.error})", fence_token=token)\n'
         "        return Unknown(\n"
-        '            f"the consistent lookup failed: asked for the operation after the fence, the "',
+        '            f"the consistent lookup failed: asked for the operation after the '
+        'fence, the "',
         (T_SETTLE,),
         "a failed lookup is taken as proof of absence",
     ),
