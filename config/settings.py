@@ -615,6 +615,12 @@ APPLY_DRAIN_SECONDS = env_float(
 )
 if Q_CLUSTER["timeout"] / 2 < APPLY_DRAIN_SECONDS:
     raise ImproperlyConfigured("APPLY_DRAIN_SECONDS must stay under half of Q_TIMEOUT.")
+# The cluster's apply tasks send the customer's notification as its own task after the answer
+# (reconciliation.tasks.notify_case) instead of within the apply task. Off by default: the
+# queued step waits behind every apply task queued before it, and under a backlog the lease
+# renewed with the answer can run out first (the watchdog then resumes the case with a second
+# attempt; still one change, but more work). Measure before turning it on.
+NOTIFY_AS_OWN_TASK = env_bool("NOTIFY_AS_OWN_TASK", False)
 # Test-only: prepare_proposal sleeps this long first, so a drill can kill its worker mid-task.
 # Off (0) by default and refused in production.
 PREPARE_TEST_DELAY_SECONDS = env_float("PREPARE_TEST_DELAY_SECONDS", 0.0, minimum=0.0)

@@ -48,9 +48,11 @@ def source_check(case_id: int) -> str:
 def apply_case(case_id: int) -> str:
     """Apply the case; then, while more ready cases are due, take the next one at once
     (:func:`apply_due`) instead of waiting for the dispatcher's next pass."""
-    outcome = _apply_case(case_id=case_id, notify_later=True)
+    outcome = _apply_case(case_id=case_id, notify_later=settings.NOTIFY_AS_OWN_TASK)
     if settings.APPLY_DRAIN_SECONDS > 0:
-        more = _apply_due(seconds=settings.APPLY_DRAIN_SECONDS, notify_later=True)
+        more = _apply_due(
+            seconds=settings.APPLY_DRAIN_SECONDS, notify_later=settings.NOTIFY_AS_OWN_TASK
+        )
         if more:
             return f"{outcome}; then {len(more)} more due: {_tally(more)}"
     return outcome
@@ -59,7 +61,9 @@ def apply_case(case_id: int) -> str:
 def apply_due() -> str:
     """Apply due ready cases one after another until none is due (``APPLY_DRAIN_SECONDS`` at
     most); a worker started with this takes each next case the moment the last is done."""
-    outcomes = _apply_due(seconds=max(settings.APPLY_DRAIN_SECONDS, 1.0), notify_later=True)
+    outcomes = _apply_due(
+        seconds=max(settings.APPLY_DRAIN_SECONDS, 1.0), notify_later=settings.NOTIFY_AS_OWN_TASK
+    )
     return f"{len(outcomes)} applied or refused: {_tally(outcomes)}" if outcomes else "none due"
 
 

@@ -143,11 +143,7 @@ def test_django_q_delivering_the_apply_task_twice_makes_one_attempt_and_one_chan
     finally:
         post_execute.disconnect(remember)
 
-    # The task saves the answer and queues the notification, its own step (notify_case): the
-    # second delivery finds the case claimed by the attempt that is still notifying.
-    queued = "applied: the customer's notification queued"
-    assert outcomes == {first: (True, queued), second: (True, "refused: claimed")}
-    assert async_task("reconciliation.tasks.notify_case", case.pk, sync=True)
+    assert outcomes == {first: (True, "done"), second: (True, "refused: not_ready")}
     assert Attempt.objects.filter(case=case).count() == 1
     assert len(live_orders.state(ORDER)["operations"]) == 1
     case.refresh_from_db()

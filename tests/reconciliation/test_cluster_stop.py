@@ -18,6 +18,7 @@ from django.utils import timezone
 from django_q.models import OrmQ
 
 from cases.models import Attempt, Case, Status
+from reconciliation.apply import notify_case
 from tests.support.fixtures import days_ahead
 from tests.support.order_system import DEFAULT_GRANT_KEY
 from tests.support.proc_worker import Proc, wait_for
@@ -78,12 +79,20 @@ def test_a_cluster_told_to_stop_exits_promptly_with_no_case_half_done(
     print(f"\ncluster exited {took:.1f} s after SIGTERM")
     assert took < PROMPT, output[-4000:]
 
-    # Nothing half-done: every case is done or still ready (never claimed); no attempt is left
-    # running; the order system changed each done case's order once and no other.
+    # Nothing half-done: every case is done, still ready (never claimed), or applied with only
+    # the customer's notification left (its own step, queued on the broker for the next
+    # cluster); no other attempt is left running; the order system changed each applied case's
+    # order once and no other.
     statuses = dict(Case.objects.filter(pk__in=[c.pk for c in cases]).values_list("pk", "status"))
-    assert set(statuses.values()) <= {Status.DONE, Status.READY}, statuses
+    assert set(statuses.values()) <= {Status.DONE, Status.READY, Status.APPLYING}, statuses
     assert Status.READY in statuses.values(), output[-4000:]  # the drain stopped early
-    assert not Attempt.objects.filter(state__in=Attempt.ACTIVE).exists()
+    notifying = [pk for pk, status in statuses.items() if status == Status.APPLYING]
+    running = Attempt.objects.filter(state__in=Attempt.ACTIVE)
+    assert set(running.values_list("case_id", flat=True)) == set(notifying)
+    assert not running.filter(operation__confirmed_at__isnull=True).exists()
+    for pk in notifying:  # the next cluster takes the queued step: the case finishes
+        assert notify_case(case_id=pk) == "done"
+        statuses[pk] = Case.objects.get(pk=pk).status
     for case in cases:
         applied = live_orders.state(case.order_id)["operations"]
         assert len(applied) == (1 if statuses[case.pk] == Status.DONE else 0), (case, applied)

@@ -34,6 +34,7 @@ def _env(live_orders, smtp, tmp_path, **extra: str) -> dict[str, str]:
         "HOLDFAST_STATE_DIR": str(tmp_path / "worker-state"),
         "APPLY_LEASE_SECONDS": "3",
         "APPLY_HEARTBEAT_SECONDS": "0.5",
+        "NOTIFY_AS_OWN_TASK": "1",
         **smtp.env(),
         **extra,
     }

@@ -75,15 +75,19 @@ def test_an_owner_away_hands_the_held_cases_mail_to_the_backup(
 ):
     staff_set_away(user=lead, away_until=timezone.localdate(), actor=lead)
     case = approved_case()
-    # The order system applies the change and the answer is lost: effect unknown, held.
+    # The order system applies the change and the answer is lost: effect unknown, held. The
+    # workers' one look cannot raise the fence, so their checks run out and the hold becomes
+    # a person's (cases.held): the lead's, and the lead is away.
     live_orders.set_fault("drop_after_commit", path_prefix="/orders/ORD-7731/operations")
+    live_orders.set_fault("unavailable", path_prefix="/orders/ORD-7731/fence", times=None)
     Case.objects.filter(pk=case.pk).update(next_check_at=timezone.now())
     env = _env(
         live_orders,
         smtp,
         tmp_path,
         ORDER_SYSTEM_READ_TIMEOUT="1",
-        HOLD_FIRST_CHECK_SECONDS="600",  # the hold stays while the mail goes out
+        HOLD_FIRST_CHECK_SECONDS="0",
+        RECONCILE_ATTEMPT_LIMIT="1",
     )
     with Proc("qcluster", env=env) as cluster:
         mail = wait_for(
