@@ -566,6 +566,11 @@ def _requests(client: Client, page: Page, entry: _Samples, repeat: int) -> None:
         entry.queries.add(len(captured.captured_queries))
 
 
+def database_name_for(size: int) -> str:
+    """The list pages' database of ``size`` cases, named after this bench database."""
+    return f"{connection.settings_dict['NAME']}_lists_{_label(size).lower()}"
+
+
 def measure_list_pages(
     *,
     rounds: int = 3,
@@ -583,7 +588,7 @@ def measure_list_pages(
     if not base.startswith("bench"):
         raise RuntimeError(f"measure_list_pages needs a bench* database, not {base!r}")
     small, large = min(sizes), max(sizes)
-    names = {size: f"{base}_lists_{_label(size).lower()}" for size in sizes}
+    names = {size: database_name_for(size) for size in sizes}
     lines: list[str] = []
     for size in sizes:
         took = prepare_database(names[size], size, progress)
