@@ -28,6 +28,7 @@ import httpx
 from django.conf import settings
 from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.sessions.backends.db import SessionStore
+from django.utils.module_loading import import_string
 
 from lab.bench import end_to_end, lists
 from lab.bench.cluster import ROOT, child_env, qcluster, stop, warm
@@ -81,7 +82,12 @@ def _session(database: str) -> str:
         user = get_user_model().objects.get(username=lists.BENCH_USERNAME)
         store = SessionStore()
         store[SESSION_KEY] = str(user.pk)
-        store[BACKEND_SESSION_KEY] = settings.AUTHENTICATION_BACKENDS[0]
+        # The backend that reads the user back (axes' comes first and only checks logins).
+        store[BACKEND_SESSION_KEY] = next(
+            path
+            for path in settings.AUTHENTICATION_BACKENDS
+            if hasattr(import_string(path), "get_user")
+        )
         store[HASH_SESSION_KEY] = user.get_session_auth_hash()
         store.save()
         return str(store.session_key)
