@@ -11,7 +11,7 @@ server and the machine's cores, which is what the load competes for); every orde
 changed exactly once. The apply rate during the load goes beside the one of the rounds.
 
 Not scripted (yet): an agent opening cases through the intake and an approver's decision POST;
-the users read the list, queue and search pages (see ``docs`` of the report).
+the users read the list, queue and search pages, admin and API.
 """
 
 from __future__ import annotations
