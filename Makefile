@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install browser run test lint clean drill bench docs docs-states docs-screenshots
+.PHONY: install browser run test lint clean drill bench docs docs-states docs-screenshots mutate
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,6 +38,12 @@ bench: install
 	DEBUG=0 DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/bench_holdfast} \
 		sh -c '$(PY) -m lab.bench.database "$$DATABASE_URL" && \
 		$(PY) manage.py migrate --no-input -v 0 && $(PY) manage.py bench_hot_paths $(BENCH_ARGS)'
+
+# Mutation testing of the safety core (lab/mutation/): each curated mutation is applied to a
+# temporary copy of the tree and run against the tests that name its code, on SQLite. Every
+# one must be killed; not part of `make test`. MUTATE_ARGS: names to run, --list, --baseline.
+mutate: install
+	$(PY) -m lab.mutation $(MUTATE_ARGS)
 
 test: install browser
 	$(PY) tests/run_suites.py $(PYTEST_ARGS)

@@ -129,6 +129,24 @@ def grant_verify(
     ``now`` (default: the current time) is at or after ``expires_at``. The signature is checked
     before anything in the payload is trusted.
     """
+    grant = _signed_payload(token, key)
+    if operation_key is not None and grant.operation_key != operation_key:
+        raise GrantInvalid("grant is for another operation")
+    if order_id is not None and grant.order_id != order_id:
+        raise GrantInvalid("grant is for another order")
+    if change is not None and kinds.canonical_json(grant.change) != kinds.canonical_json(
+        kinds.canonical(change)
+    ):
+        raise GrantInvalid("grant is for another change")
+    current = now if now is not None else dt.datetime.now(dt.UTC)
+    if current >= grant.expires_at:
+        raise GrantExpired(f"grant expired at {grant.expires_at.strftime(_EXPIRES_FORMAT)}")
+    return grant
+
+
+def _signed_payload(token: str, key: str | None) -> GrantPayload:
+    """The payload of a grant whose signature holds, read only after the signature is checked;
+    ``GrantInvalid`` for anything malformed or a wrong signature or key."""
     if not isinstance(token, str):
         raise GrantInvalid("grant is not a string")
     parts = token.split(".")
@@ -142,11 +160,15 @@ def grant_verify(
     expected = _signature(_key_bytes(key), payload_b64)
     if not hmac.compare_digest(expected, _b64decode(sig_b64)):
         raise GrantInvalid("grant signature does not match")
-
     try:
         payload = json.loads(_b64decode(payload_b64))
     except (ValueError, UnicodeDecodeError):
         raise GrantInvalid("grant payload is not JSON") from None
+    return _payload_fields(payload)
+
+
+def _payload_fields(payload: Any) -> GrantPayload:
+    """A signed payload's fields, each of its v1 type, or ``GrantInvalid``."""
     if not isinstance(payload, dict) or set(payload) != _PAYLOAD_KEYS:
         raise GrantInvalid("grant payload does not have exactly the v1 fields")
     granted = payload["change"]
@@ -161,23 +183,10 @@ def grant_verify(
         )
     except ValueError:
         raise GrantInvalid("grant expiry is not in the v1 format") from None
-
-    grant = GrantPayload(
+    return GrantPayload(
         approval_id=payload["approval_id"],
         operation_key=payload["operation_key"],
         order_id=payload["order_id"],
         change=granted,
         expires_at=expires,
     )
-    if operation_key is not None and grant.operation_key != operation_key:
-        raise GrantInvalid("grant is for another operation")
-    if order_id is not None and grant.order_id != order_id:
-        raise GrantInvalid("grant is for another order")
-    if change is not None and kinds.canonical_json(granted) != kinds.canonical_json(
-        kinds.canonical(change)
-    ):
-        raise GrantInvalid("grant is for another change")
-    current = now if now is not None else dt.datetime.now(dt.UTC)
-    if current >= grant.expires_at:
-        raise GrantExpired(f"grant expired at {payload['expires_at']}")
-    return grant

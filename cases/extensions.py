@@ -22,7 +22,7 @@ What a contribution may do:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -236,14 +236,20 @@ def on_payload_purged(case: Case) -> int:
 # Given a held case, whether the workers may settle it from evidence without a person
 # (reconciliation: the order system's autonomy for the case's kind of change).
 SelfSettling = Callable[[Case], bool]
+# The change kinds whose held cases the workers may settle by themselves (for filters).
+SelfSettlingKinds = Callable[[], Iterable[str]]
 
 _self_settling: list[SelfSettling] = []
+_self_settling_kinds: list[SelfSettlingKinds] = []
 
 
-def register_self_settling(provider: SelfSettling) -> SelfSettling:
-    """Set the one provider of "the workers may settle this held case" (a second call
-    replaces it)."""
+def register_self_settling(
+    provider: SelfSettling, kinds: SelfSettlingKinds | None = None
+) -> SelfSettling:
+    """Set the one provider of "the workers may settle this held case" and, for filters, of
+    the kinds they may settle (a second call replaces them)."""
     _self_settling[:] = [provider]
+    _self_settling_kinds[:] = [kinds] if kinds is not None else []
     return provider
 
 
@@ -251,3 +257,13 @@ def workers_may_settle(case: Case) -> bool:
     """Whether the workers may settle held ``case`` by themselves (True with no provider:
     the kernel alone knows no reason they may not)."""
     return _self_settling[0](case) if _self_settling else True
+
+
+def self_settling_kinds() -> list[str]:
+    """The change kinds whose held cases the workers may settle by themselves (every kind with
+    no provider, as ``workers_may_settle``)."""
+    if _self_settling_kinds:
+        return sorted(_self_settling_kinds[0]())
+    from cases import kinds
+
+    return [code for code in kinds.codes() if workers_may_settle(Case(kind=code))]

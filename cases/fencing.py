@@ -32,12 +32,21 @@ def counter_raise_to(name: str, minimum: int) -> None:
 
 
 def next_fencing_token() -> int:
-    """A fencing token higher than every token handed out before, database-wide."""
+    """A fencing token higher than every token handed out before, database-wide. The one
+    writer of the tokens: on PostgreSQL the claim takes its token in its own read, with the
+    expression :func:`next_fencing_token_sql` gives (one round trip less on the hot path)."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT nextval(%s)", [FENCING_SEQUENCE])
+            cursor.execute(f"SELECT {next_fencing_token_sql()}")  # noqa: S608 - a fixed identifier
             return int(cursor.fetchone()[0])
     return counter_next("fencing_token")
+
+
+def next_fencing_token_sql() -> str:
+    """PostgreSQL: the SQL expression that takes the next fencing token from the sequence, for a
+    statement that reads its token with other values (the claim's read). Nothing else names
+    the sequence's ``nextval``."""
+    return f"nextval('{FENCING_SEQUENCE}')"
 
 
 def fencing_current() -> int:

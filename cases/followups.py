@@ -8,7 +8,9 @@ Invariants:
 
 - *Every wait on a person has a clock.* The kernel refreshes the clock at every new version of
   a case (``cases.kernel.bump_and_save``), so whichever service moves a case, an open case that
-  waits on a person (``PERSON_WAITS``) has ``follow_up_at``; any other case has none.
+  waits on a person (``PERSON_WAITS``) has ``follow_up_at``; any other case has none. A held
+  case the workers are still settling by themselves waits on nobody yet (``cases.held``): its
+  clock starts when it becomes a person's (the workers gave up, or may not settle its kind).
 - *A clock runs for one wait.* It starts when the case starts to wait on a person for a reason
   (``wait_reason``) and keeps running while the reason stays the same (a retry, a reassignment
   or a fact recorded meanwhile never restarts it); a new reason starts a new clock.
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils import timezone
 
+from cases.held import workers_settle
 from cases.models import (
     PERSON_WAITS,
     TERMINAL_STATUSES,
@@ -60,6 +63,14 @@ def wait_reason(status: str, waiting_on: str) -> str:
     if waiting_on == WaitingOn.CUSTOMER:
         return WaitReason.CUSTOMER
     return _REASON_OF_STATUS.get(status, WaitReason.OTHER)
+
+
+def case_wait_reason(case: Case) -> str:
+    """The reason ``case`` waits on a person now, or '' — a held case the workers are still
+    settling by themselves waits on nobody yet (``cases.held``), whoever it names."""
+    if case.status == Status.HELD and workers_settle(case):
+        return ""
+    return wait_reason(case.status, case.waiting_on)
 
 
 @dataclass(frozen=True)
@@ -116,7 +127,7 @@ def follow_up_refresh(case: Case, *, preset: FollowUp | None = None) -> list[str
     policy's (``preset``: the clock the caller already worked out for it, e.g. the review
     deadline it also made the next check); no wait on a person, no clock. No query unless a new
     wait on a person starts."""
-    reason = wait_reason(case.status, case.waiting_on)
+    reason = case_wait_reason(case)
     if reason == (case.follow_up_reason or "") and (not reason or case.follow_up_at is not None):
         return []
     if not reason:

@@ -20,6 +20,7 @@ from django.utils import timezone
 from cases import selectors
 from cases.exceptions import ActionNotPermitted, InvalidCaseInput
 from cases.extensions import decisions_of
+from cases.held import workers_settling
 from cases.models import (
     CaseQuerySet,
     FollowUpPolicy,
@@ -115,11 +116,14 @@ def cases_to_answer(user: Any, cases: CaseQuerySet | None = None) -> CaseQuerySe
     """ "Mine to answer now": the open cases for which ``user`` is the responsible person now
     and that wait on that person, and the cases whose decision ``user`` may take (the
     approvals' four-eyes rule, ``cases.extensions.decisions_of``). ``cases``: the list to
-    narrow (default: the person's teams' cases). The home tile counts it; its link lists it."""
+    narrow (default: the person's teams' cases). A held case the workers are still settling
+    by themselves waits on nobody yet (``cases.held``). The home tile counts it; its link
+    lists it."""
     cases = cases if cases is not None else selectors.cases_for(user)
     if user is None or not user.is_authenticated:
         return cases.none()
-    waiting = Q(pk__in=cases.model.objects.waiting_on_responsible(user).values("pk"))
+    mine = cases.model.objects.waiting_on_responsible(user).exclude(workers_settling())
+    waiting = Q(pk__in=mine.values("pk"))
     decisions = decisions_of(user)
     if decisions is not None:
         waiting |= Q(pk__in=decisions)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import functools
 import os
 import socket
 from collections.abc import Callable, Collection, Iterator
@@ -43,7 +44,7 @@ from typing import Any, Final
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 from django_fsm import can_proceed
 
@@ -51,9 +52,27 @@ from cases.audit import event_hash
 from cases.codes import Action
 from cases.exceptions import ActionNotPermitted, TransitionRejected, VersionConflict
 from cases.followups import FollowUp, follow_up_refresh
-from cases.models import TERMINAL_STATUSES, Case, CaseEvent, Notification, Team, WaitingOn
+from cases.models import (
+    TERMINAL_STATUSES,
+    Attempt,
+    Case,
+    CaseEvent,
+    Notification,
+    Status,
+    Team,
+    WaitingOn,
+)
 from cases.notify import notifications_for
-from cases.rows import chain_head, insert, locked, save_fields
+from cases.rows import (
+    chain_head,
+    current,
+    insert,
+    insert_fields,
+    insert_values,
+    locked,
+    prepared_cursor,
+    save_fields,
+)
 
 # --- actors -----------------------------------------------------------------------------------
 
@@ -442,3 +461,104 @@ def apply_transition(
         detail={"transition": name, **(detail or {})},
         head=head,
     )
+
+
+# --- the claim's compare-and-set ------------------------------------------------------------
+
+# What a won claim changes on the case: the ``claim`` transition its caller made in memory.
+CLAIMED_FIELDS = (
+    "status",
+    "version",
+    "waiting_on",
+    "waiting_reason",
+    "next_check_at",
+    "updated_at",
+)
+
+
+def claim_transition(case: Case, *, next_check_at: dt.datetime, now: dt.datetime) -> int:
+    """The claim's transition ready → applying on the case the claim read under its lock, made
+    in memory (the next version, a worker's wait, the next check) for :func:`claim_write` to
+    write as one compare-and-set. Returns the version the claim read."""
+    version = case.version
+    case.claim()
+    case.version = version + 1
+    case.waiting_on, case.waiting_reason = WAITING_AFTER["claim"]
+    case.next_check_at, case.updated_at = next_check_at, now
+    return version
+
+
+def claim_write(case: Case, version: int, attempt: Attempt, event: CaseEvent) -> bool:
+    """Write a won claim (``reconciliation.claims``): the case's move ready → applying, made in
+    memory by the caller (``case.claim()``, the next version, its wait and next check), as a
+    compare-and-set on ``ready`` and the ``version`` the claim read; with it the new attempt and
+    the claim's event (:func:`event_row`, chained under the lock the claim's read took). Whether
+    the case moved; a refused insert raises ``IntegrityError`` and ends the caller's transaction.
+
+    The kernel is the one writer of a case's status and of its events: this is that write for
+    the claim, the hot path's one step. On PostgreSQL it is one statement written out
+    (:func:`_pg_claim_write_sql`, bound on the server, so it stays prepared), elsewhere the
+    ORM's three; ``tests/reconciliation/test_hot_path.py`` checks both write the same."""
+    if connection.vendor == "postgresql":
+        return _claim_write_sql(case, version, attempt, event)
+    return _claim_write_orm(case, version, attempt, event)
+
+
+def _case_field(name: str) -> Any:
+    return Case._meta.get_field(name)
+
+
+def _claim_write_orm(case: Case, version: int, attempt: Attempt, event: CaseEvent) -> bool:
+    moved = Case.objects.filter(pk=case.pk, status=Status.READY, version=version).update(
+        **{name: getattr(case, name) for name in CLAIMED_FIELDS}
+    )
+    if not moved:
+        return False
+    attempt.save(force_insert=True)
+    event.save(force_insert=True)
+    return True
+
+
+@functools.cache
+def _pg_claim_write_sql() -> str:
+    """The won claim's writes as one statement: the compare-and-set of the case, and only if it
+    moved the row, the attempt and the claim's event."""
+
+    def insert_from(model: Any, source: str) -> str:
+        fields = insert_fields(model)
+        names = ", ".join(f'"{f.column}"' for f in fields)
+        values = ", ".join(["%s"] * len(fields))
+        return (
+            f'INSERT INTO "{model._meta.db_table}" ({names}) '  # noqa: S608 - model metadata
+            f'SELECT {values} FROM {source} RETURNING "id"'
+        )
+
+    sets = ", ".join(f'"{_case_field(name).column}" = %s' for name in CLAIMED_FIELDS)
+    return (
+        f'WITH claimed AS (UPDATE "{Case._meta.db_table}" SET {sets} '  # noqa: S608 - metadata
+        f'WHERE "id" = %s AND "status" = %s AND "version" = %s RETURNING "id"), '
+        f"attempt AS ({insert_from(Attempt, 'claimed')}), "
+        f"event AS ({insert_from(CaseEvent, 'attempt')}) "
+        "SELECT attempt.id, event.id FROM attempt, event"
+    )
+
+
+def _claim_write_sql(case: Case, version: int, attempt: Attempt, event: CaseEvent) -> bool:
+    db = current()
+    params = [
+        *(_case_field(name).get_db_prep_save(getattr(case, name), db) for name in CLAIMED_FIELDS),
+        case.pk,
+        Status.READY.value,
+        version,
+        *insert_values(attempt, db),
+        *insert_values(event, db),
+    ]
+    with prepared_cursor() as cursor:
+        cursor.execute(_pg_claim_write_sql(), params)
+        ids = cursor.fetchone()
+    if ids is None:
+        return False
+    attempt.pk, event.pk = ids
+    for saved in (attempt, event):
+        saved._state.adding, saved._state.db = False, db.alias
+    return True

@@ -14,7 +14,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from cases.actions import case_actions, who_may
-from cases.extensions import case_deciders, workers_may_settle
+from cases.extensions import case_deciders
+from cases.held import workers_settle
 from cases.models import Case, FollowUpState, Status, WaitingOn, overdue_cutoff
 
 _HEADLINES = {
@@ -130,15 +131,6 @@ def _who_must_answer(case: Case) -> str:
     return f"{label}; {person(responsible)} is responsible for following up"
 
 
-def workers_settle(case: Case) -> bool:
-    """A held case the workers are still settling by themselves: they look again at its
-    ``next_check_at``, and the order system is autonomous for its kind. Otherwise (the checks
-    ran out, or a worker may not settle this kind) only a person settles it."""
-    return (
-        case.status == Status.HELD and case.next_check_at is not None and workers_may_settle(case)
-    )
-
-
 def status_label(case: Case) -> str:
     """The status as the case page names it: the status's own label, except that a held case
     says who settles it now (the workers, on their schedule, or a person)."""
@@ -190,14 +182,16 @@ def _follow_up(case: Case, now: dt.datetime) -> tuple[str, bool]:
     if case.next_check_at is None:
         return "No follow-up time is set.", False
     when = _when(case.next_check_at)
+    if workers_settle(case):
+        # No person's clock runs (``cases.held``): the workers' own next look is the time.
+        late = case.next_check_at < overdue_cutoff(now)
+        return _held_look(case) + (" That look is overdue." if late else ""), late
     if case.next_check_at < overdue_cutoff(now):
         return f"Follow-up is overdue since {when}.", True
     if case.next_check_at <= now:
         return f"Due now (since {when}); a worker picks it up within minutes.", False
     if case.status == Status.AWAITING_REVIEW:
         return f"The approvers should decide by {when}.", False
-    if workers_settle(case):
-        return _held_look(case), False
     return f"Next check at {when}.", False
 
 

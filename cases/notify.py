@@ -10,8 +10,12 @@ Who hears what (DESIGN.md "People are told"):
 
 - A proposal starts to await review (submitted, or back after an expiry): the approvers who
   may decide it, by approvals' four-eyes rule (``cases.extensions.case_deciders``).
-- The case is held, needs attention or its proposal is rejected: the person responsible now,
-  the owner or the named backup while the owner is away.
+- The case needs attention or its proposal is rejected: the person responsible now, the owner
+  or the named backup while the owner is away.
+- The case is held, when it becomes that person's (``cases.held``), once per hold: on arriving
+  held if the workers are not settling it by themselves, or when the workers give up on it
+  (their checks ran out, or they may no longer settle its kind). While the workers are still
+  settling it, nobody is told.
 - Its follow-up time passes (``cases.reminders``): the person responsible now, and the
   approvers who may decide when the wait is theirs.
 - It is done or cancelled: the staff member who opened it (``Case.opened_by``). A case that an
@@ -32,6 +36,7 @@ from django.utils import timezone
 
 from cases.codes import Action
 from cases.extensions import case_deciders, case_decision_path
+from cases.held import held_waits_on_person
 from cases.models import (
     Case,
     CaseEvent,
@@ -41,6 +46,9 @@ from cases.models import (
     Status,
     WaitingOn,
 )
+
+# The workers give up on a held case: their checks ran out, or they may not settle its kind.
+_HELD_GIVE_UPS = frozenset({Action.RETRIES_EXHAUSTED, Action.MANUAL_SETTLEMENT_NEEDED})
 
 # A status a transition arrives at, and the notification it makes.
 _ARRIVALS: dict[str, NotificationKind] = {
@@ -57,9 +65,29 @@ def notification_kind(event: CaseEvent) -> NotificationKind | None:
     """The notification ``event`` makes, or None (from the event alone: no query)."""
     if event.action == Action.FOLLOW_UP_DUE:
         return NotificationKind.FOLLOW_UP_DUE
+    if event.action in _HELD_GIVE_UPS:
+        return NotificationKind.HELD  # the workers gave up on a held case
     if event.action != Action.CASE_TRANSITIONED or event.from_status == event.to_status:
         return None
     return _ARRIVALS.get(event.to_status)
+
+
+def _held_becomes_persons(case: Case, event: CaseEvent) -> bool:
+    """A held case is the responsible person's to be told of when it waits on a person
+    (``cases.held``: not while the workers are still settling it), once per hold: on arriving
+    held, or when the workers give up on it if its person was not told on arrival."""
+    if not held_waits_on_person(case):
+        return False
+    if event.action not in _HELD_GIVE_UPS:
+        return True
+    arrived = (
+        CaseEvent.objects.filter(case=case, action=Action.CASE_TRANSITIONED, to_status=Status.HELD)
+        .order_by("-pk")
+        .values_list("pk", flat=True)
+        .first()
+    )
+    told = Notification.objects.filter(case=case, kind=NotificationKind.HELD)
+    return not told.filter(event_id__gte=arrived or 0).exists()
 
 
 def case_path(case: Case) -> str:
@@ -117,6 +145,8 @@ def notifications_for(case: Case, event: CaseEvent) -> list[Notification]:
     from the person's preferences."""
     kind = notification_kind(event)
     if kind is None:
+        return []
+    if kind == NotificationKind.HELD and not _held_becomes_persons(case, event):
         return []
     people = _unique_active(_recipients(case, kind), actor_id=event.actor_id)
     if not people:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import enum
-import functools
 import logging
 import time
 from collections.abc import Callable
@@ -40,11 +39,10 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 from django.core.mail import EmailMessage
-from django.db import connection
-from django.db.models import Count, Exists, Q, QuerySet
+from django.db.models import Count, Q
 from django.utils import timezone
 
-from approvals.models import Approval, Operation, Proposal
+from approvals.models import Operation
 from approvals.services import review_deadline
 from cases import kinds
 from cases.attempts import attempt_finish
@@ -68,7 +66,7 @@ from cases.models import (
     WaitingOn,
 )
 from cases.retries import retries_reset
-from cases.rows import locked, prepared_cursor, update
+from cases.rows import locked, update
 from cases.scheduling import enqueue_on_commit
 from reconciliation import metrics
 from reconciliation.claims import (
@@ -81,7 +79,6 @@ from reconciliation.claims import (
     claim_case,
     claim_next_due,
     keep_alive,
-    lease_seconds,
     record_claim_released,
 )
 from reconciliation.client import OperationRecord, OperationResult, OrderSystemClient
@@ -96,6 +93,12 @@ from reconciliation.exceptions import (
     plain_failure,
 )
 from reconciliation.failures import Words, literal, transient_failure_record
+from reconciliation.leases import (
+    approval_live,
+    lease_expiry,
+    lease_renew_applied,
+    lease_renew_submitting,
+)
 from reconciliation.restore_detection import (
     RecoveryRequired,
     restore_detected_at_source,
@@ -470,92 +473,24 @@ def _stopped_before_submitting(attempt: Attempt, worker: Worker, authority: _Aut
     if state == Attempt.State.CANCEL_REQUESTED:
         attempt_acknowledge_cancel(attempt_id=attempt.pk, worker=worker)
         return "cancel acknowledged"
-    if state == Attempt.State.RUNNING and not _approval_live(authority, timezone.now()).exists():
+    live = approval_live(authority.approval_id, timezone.now())
+    if state == Attempt.State.RUNNING and not live.exists():
         ended = EndedApprovalExpired("The approval expired before the change was sent")
         return _finish(attempt, worker, ended)
     return "stale: stopped before submitting"
 
 
-def _approval_live(authority: _Authority, now: dt.datetime) -> QuerySet[Approval]:
-    """The approval the attempt sends under, if it still authorizes the change at ``now`` (as
-    ``approvals.services.live_approval``)."""
-    return Approval.objects.filter(
-        pk=authority.approval_id,
-        proposal__status=Proposal.Status.APPROVED,
-        decision=Approval.Decision.APPROVED,
-        revoked_at__isnull=True,
-        expires_at__gt=now,
-    )
-
-
 def _mark_submitting(attempt: Attempt, authority: _Authority | None = None) -> bool:
-    """Durably note that the write may leave now, in one statement that also renews the lease:
-    only while the attempt is current, its lease unexpired and the approval it sends under
-    (``authority``) still live. On PostgreSQL the statement is written out
-    (:func:`_mark_submitting_sql`: the ORM's, compiled afresh on every apply, cost a
-    millisecond of the worker's time); elsewhere the ORM's (:func:`_mark_submitting_orm`).
-    ``tests/reconciliation/test_hot_path.py`` checks both decide and write the same."""
+    """Durably note that the write may leave now, in one statement that also renews the lease
+    (``reconciliation.leases.lease_renew_submitting``): only while the attempt is current, its
+    lease unexpired and the approval it sends under (``authority``) still live."""
     now = timezone.now()
-    lease = now + dt.timedelta(seconds=lease_seconds(attempt.kind))
-    if connection.vendor == "postgresql":
-        return _mark_submitting_sql(attempt, authority, now=now, lease=lease)
-    return _mark_submitting_orm(attempt, authority, now=now, lease=lease)
-
-
-def _mark_submitting_orm(
-    attempt: Attempt, authority: _Authority | None, *, now: dt.datetime, lease: dt.datetime
-) -> bool:
-    live = [] if authority is None else [Exists(_approval_live(authority, now))]
-    return bool(
-        Attempt.objects.filter(
-            *live,
-            pk=attempt.pk,
-            state=Attempt.State.RUNNING,
-            fencing_token=attempt.fencing_token,
-            lease_expires_at__gt=now,
-        ).update(submitted_at=now, heartbeat_at=now, lease_expires_at=lease)
+    return lease_renew_submitting(
+        attempt,
+        None if authority is None else authority.approval_id,
+        now=now,
+        lease=lease_expiry(attempt.kind, now),
     )
-
-
-@functools.cache
-def _pg_mark_submitting_sql(*, live: bool) -> str:
-    """:func:`_mark_submitting_orm`'s statement; ``live``: with the approval's check
-    (:func:`_approval_live`)."""
-    approval = (
-        f"AND EXISTS (SELECT 1 FROM {Approval._meta.db_table} ap "  # noqa: S608 - metadata
-        f"JOIN {Proposal._meta.db_table} pp ON pp.id = ap.proposal_id "
-        "WHERE ap.id = %(approval)s AND pp.status = %(approved)s AND ap.decision = %(decided)s "
-        "AND ap.revoked_at IS NULL AND ap.expires_at > %(now)s)"
-        if live
-        else ""
-    )
-    return (
-        f"UPDATE {Attempt._meta.db_table} "  # noqa: S608 - identifiers from the models' metadata
-        "SET submitted_at = %(now)s, heartbeat_at = %(now)s, lease_expires_at = %(lease)s "
-        "WHERE id = %(id)s AND state = %(running)s AND fencing_token = %(token)s "
-        f"AND lease_expires_at > %(now)s {approval}"
-    )
-
-
-def _mark_submitting_sql(
-    attempt: Attempt, authority: _Authority | None, *, now: dt.datetime, lease: dt.datetime
-) -> bool:
-    params: dict[str, Any] = {
-        "now": now,
-        "lease": lease,
-        "id": attempt.pk,
-        "running": Attempt.State.RUNNING.value,
-        "token": attempt.fencing_token,
-    }
-    if authority is not None:
-        params |= {
-            "approval": authority.approval_id,
-            "approved": Proposal.Status.APPROVED.value,
-            "decided": Approval.Decision.APPROVED.value,
-        }
-    with prepared_cursor() as cursor:
-        cursor.execute(_pg_mark_submitting_sql(live=authority is not None), params)
-        return cursor.rowcount == 1
 
 
 def attempt_record_applied(
@@ -584,50 +519,9 @@ def _record_applied(
     plan: Notify | None = None
     with case_step(attempt.case_id, actor=worker, related=WORKER_RELATED) as case:
         operation = locked(Operation, attempt.operation_id)
-        unexpected = (
-            result.replayed
-            and not looked_up
-            and not Attempt.objects.filter(operation=operation, submitted_at__isnull=False)
-            .exclude(pk=attempt.pk)
-            .exists()
-        )
-        if looked_up:
-            kind, how = "operation_lookup", f"found by the consistent lookup ({looked_up})"
-        else:
-            kind = "operation_replayed" if result.replayed else "operation_applied"
-            how = "applied"
-        operation_confirm(
-            case=case,
-            operation=operation,
-            order_version=result.order_version,
-            actor=worker,
-            kind=kind,
-            summary=f"{operation.key} {how}: {operation.description}, "
-            f"order version {result.order_version}",
-        )
-        if unexpected:
-            # A first send answered "already applied": these records lack what the order
-            # system holds (a restore nobody detected). What followed the apply is unknown.
-            source_check_forget()
-            record_fact(
-                case=case,
-                action=Action.RESTORE_UNEXPECTED_REPLAY,
-                actor=worker,
-                reason=f"{operation.key} was already applied although these records show no "
-                "attempt that sent it: they are older than the order system. The customer may "
-                "already have been told",
-                detail={"operation_key": operation.key, "attempt": attempt.reference},
-            )
+        _confirm_answer(case, operation, attempt, worker, result, looked_up)
         # Still current: the step is confirmed and the lease renewed for the steps after it.
-        current = update(
-            Attempt,
-            {"pk": attempt.pk, "state": Attempt.State.RUNNING},
-            {
-                "last_confirmed_step": Attempt.Step.APPLIED,
-                "heartbeat_at": now,
-                "lease_expires_at": now + dt.timedelta(seconds=lease_seconds(attempt.kind)),
-            },
-        )
+        current = lease_renew_applied(attempt, now)
         # Nothing to send for the notification: the answer, the notification's step and the
         # close are this transaction's writes, and nothing below reads the case's row or its
         # events back, so the case is saved once and the events inserted together.
@@ -654,17 +548,7 @@ def _record_applied(
                 case=case,
                 action=Action.STEP_APPLIED if current else Action.ATTEMPT_LATE_RESULT_RECORDED,
                 actor=worker,
-                reason=(
-                    f"{operation.key} {'found applied' if looked_up else 'applied'} at order "
-                    f"version {result.order_version}"
-                    + (f" ({looked_up}); not written again" if looked_up else "")
-                    + (
-                        ""
-                        if current
-                        else f"; {attempt.reference} was no longer current, "
-                        "so its result is recorded as evidence only"
-                    )
-                ),
+                reason=_step_reason(operation, attempt, result, looked_up, current=current),
                 detail={
                     "attempt": attempt.reference,
                     "order_version": result.order_version,
@@ -699,6 +583,76 @@ def _record_applied(
                         return closed, None
                     plan = Notify.CLOSED
     return ("confirmed" if current else "late: recorded as evidence"), plan
+
+
+def _confirm_answer(
+    case: Case,
+    operation: Operation,
+    attempt: Attempt,
+    worker: Worker,
+    result: OperationResult,
+    looked_up: str,
+) -> None:
+    """Confirm the operation from the order system's answer (or the look's find), under the
+    case and operation locks the caller holds; a first send answered "already applied" is
+    recorded as what it shows: these records are older than the order system."""
+    unexpected = (
+        result.replayed
+        and not looked_up
+        and not Attempt.objects.filter(operation=operation, submitted_at__isnull=False)
+        .exclude(pk=attempt.pk)
+        .exists()
+    )
+    if looked_up:
+        kind, how = "operation_lookup", f"found by the consistent lookup ({looked_up})"
+    else:
+        kind = "operation_replayed" if result.replayed else "operation_applied"
+        how = "applied"
+    operation_confirm(
+        case=case,
+        operation=operation,
+        order_version=result.order_version,
+        actor=worker,
+        kind=kind,
+        summary=f"{operation.key} {how}: {operation.description}, "
+        f"order version {result.order_version}",
+    )
+    if unexpected:
+        # A first send answered "already applied": these records lack what the order
+        # system holds (a restore nobody detected). What followed the apply is unknown.
+        source_check_forget()
+        record_fact(
+            case=case,
+            action=Action.RESTORE_UNEXPECTED_REPLAY,
+            actor=worker,
+            reason=f"{operation.key} was already applied although these records show no "
+            "attempt that sent it: they are older than the order system. The customer may "
+            "already have been told",
+            detail={"operation_key": operation.key, "attempt": attempt.reference},
+        )
+
+
+def _step_reason(
+    operation: Operation,
+    attempt: Attempt,
+    result: OperationResult,
+    looked_up: str,
+    *,
+    current: bool,
+) -> str:
+    """The words of the apply step's event."""
+    reason = (
+        f"{operation.key} {'found applied' if looked_up else 'applied'} at order "
+        f"version {result.order_version}"
+    )
+    if looked_up:
+        reason += f" ({looked_up}); not written again"
+    if not current:
+        reason += (
+            f"; {attempt.reference} was no longer current, so its result is recorded as "
+            "evidence only"
+        )
+    return reason
 
 
 def attempt_record_refusal(attempt: Attempt, worker: Worker, exc: OrderSystemError) -> str:

@@ -31,7 +31,7 @@ from approvals.models import Operation, Proposal
 from cases.attempts import attempt_finish
 from cases.codes import Action
 from cases.exceptions import CaseError
-from cases.fencing import FENCING_SEQUENCE, next_fencing_token
+from cases.fencing import next_fencing_token, next_fencing_token_sql
 from cases.kernel import (
     Actor,
     Worker,
@@ -39,6 +39,8 @@ from cases.kernel import (
     apply_transition,
     bump_and_save,
     case_step,
+    claim_transition,
+    claim_write,
     event_row,
     lock_case,
     record_event,
@@ -58,14 +60,13 @@ from cases.models import (
 from cases.rows import (
     columns,
     current,
-    insert_fields,
-    insert_values,
     load,
     prepared_cursor,
     width,
 )
 from reconciliation import metrics
 from reconciliation.complete import case_complete
+from reconciliation.leases import lease_expiry, lease_extend
 
 logger = logging.getLogger(__name__)
 
@@ -102,10 +103,6 @@ def record_claim_released(case: Case, attempt: Attempt, actor: Actor) -> None:
         reason=f"{attempt.reference} released its claim on {case.reference}",
         detail={"attempt": attempt.reference},
     )
-
-
-def lease_seconds(kind: str) -> float:
-    return float(settings.LEASES[kind]["lease_seconds"])
 
 
 def _claim_guards(case: Case, *, worker: Actor, now: dt.datetime):
@@ -233,7 +230,7 @@ def _claim_query(now: dt.datetime) -> QuerySet[Proposal]:
         ),
     }
     if connection.vendor == "postgresql":
-        annotations["token"] = RawSQL("nextval(%s)", [FENCING_SEQUENCE])
+        annotations["token"] = RawSQL(next_fencing_token_sql(), [])  # noqa: S611 - fixed
     return (
         Proposal.objects.filter(status__in=Proposal.OPEN)
         .select_related("operation", "case", "case__account")
@@ -394,7 +391,7 @@ def _pg_claim_sql() -> str:
                (SELECT m.identity FROM {t["marker"]} m WHERE m.name = %(marker)s),
                (SELECT m.epoch FROM {t["marker"]} m WHERE m.name = %(marker)s),
                (SELECT m.updated_at FROM {t["marker"]} m WHERE m.name = %(source)s),
-               nextval('{FENCING_SEQUENCE}')
+               {next_fencing_token_sql()}
         FROM {t["proposal"]} p
         JOIN {t["case"]} c ON c.id = p.case_id
         JOIN {t["account"]} a ON a.id = c.account_id
@@ -502,13 +499,9 @@ def _claim_won(
         and source_check_due_from(row.source_checked_at, now)
     ):
         raise SourceCheckDue
-    lease = now + dt.timedelta(seconds=lease_seconds(kind))
-    version = case.version
-    case.claim()  # the transition in memory; the compare-and-set below is what writes it
-    case.version = version + 1
-    case.waiting_on, case.waiting_reason = WaitingOn.WORKER, "A worker is applying the change"
+    lease = lease_expiry(kind, now)
     # The watchdog's look: when the attempt's lease runs out without a heartbeat.
-    case.next_check_at, case.updated_at = lease, now
+    version = claim_transition(case, next_check_at=lease, now=now)
     sequence = (row.last_sequence or 0) + 1
     token = row.token if row.token is not None else next_fencing_token()
     attempt = Attempt(
@@ -543,12 +536,11 @@ def _claim_won(
     )
     try:
         # No savepoint: a refused insert ends the whole claim, which rolls back with it.
-        if connection.vendor == "postgresql":
-            _claim_write_sql(case, version, attempt, event)
-        else:
-            _claim_write_orm(case, version, attempt, event)
+        moved = claim_write(case, version, attempt, event)
     except IntegrityError:
         raise ClaimRefused("Another attempt is already active.", reason="claimed") from None
+    if not moved:  # the read locked the row: only a broken lock could get here
+        raise ClaimRefused(f"{case.reference} changed while it was claimed.", reason="claimed")
     attempt.case, attempt.operation = case, operation
     if sequence > 1:
         _count_takeover(case.pk, sequence)
@@ -588,78 +580,6 @@ def _count_takeover(case_id: int, sequence: int) -> None:
         transaction.on_commit(lambda: metrics.takeover(str(previous)))
 
 
-_CLAIMED_FIELDS = (
-    "status",
-    "version",
-    "waiting_on",
-    "waiting_reason",
-    "next_check_at",
-    "updated_at",
-)
-
-
-def _case_field(name: str) -> Any:
-    return Case._meta.get_field(name)
-
-
-def _claim_write_orm(case: Case, version: int, attempt: Attempt, event: CaseEvent) -> None:
-    """The won claim's writes through the ORM: the compare-and-set, the attempt, the event."""
-    moved = Case.objects.filter(pk=case.pk, status=Status.READY, version=version).update(
-        **{name: getattr(case, name) for name in _CLAIMED_FIELDS}
-    )
-    if not moved:  # the read locked the row: only a broken lock could get here
-        raise ClaimRefused(f"{case.reference} changed while it was claimed.", reason="claimed")
-    attempt.save(force_insert=True)
-    event.save(force_insert=True)
-
-
-@functools.cache
-def _pg_write_sql() -> str:
-    """The won claim's writes as one statement: the compare-and-set of the case, and only if it
-    moved the row, the attempt and the claim's event."""
-
-    def insert(model: Any, source: str) -> str:
-        fields = insert_fields(model)
-        names = ", ".join(f'"{f.column}"' for f in fields)
-        values = ", ".join(["%s"] * len(fields))
-        return (
-            f'INSERT INTO "{model._meta.db_table}" ({names}) '  # noqa: S608 - model metadata
-            f'SELECT {values} FROM {source} RETURNING "id"'
-        )
-
-    sets = ", ".join(f'"{_case_field(name).column}" = %s' for name in _CLAIMED_FIELDS)
-    return (
-        f'WITH claimed AS (UPDATE "{Case._meta.db_table}" SET {sets} '  # noqa: S608 - metadata
-        f'WHERE "id" = %s AND "status" = %s AND "version" = %s RETURNING "id"), '
-        f"attempt AS ({insert(Attempt, 'claimed')}), "
-        f"event AS ({insert(CaseEvent, 'attempt')}) "
-        "SELECT attempt.id, event.id FROM attempt, event"
-    )
-
-
-def _claim_write_sql(case: Case, version: int, attempt: Attempt, event: CaseEvent) -> None:
-    """The won claim's writes as one statement on PostgreSQL (:func:`_pg_write_sql`, bound on
-    the server, so it stays prepared). ``tests/reconciliation/test_hot_path.py`` checks it
-    writes what :func:`_claim_write_orm` writes."""
-    db = current()
-    params = [
-        *(_case_field(name).get_db_prep_save(getattr(case, name), db) for name in _CLAIMED_FIELDS),
-        case.pk,
-        Status.READY.value,
-        version,
-        *insert_values(attempt, db),
-        *insert_values(event, db),
-    ]
-    with prepared_cursor() as cursor:
-        cursor.execute(_pg_write_sql(), params)
-        ids = cursor.fetchone()
-    if ids is None:  # the read locked the row: only a broken lock could get here
-        raise ClaimRefused(f"{case.reference} changed while it was claimed.", reason="claimed")
-    attempt.pk, event.pk = ids
-    for saved in (attempt, event):
-        saved._state.adding, saved._state.db = False, db.alias
-
-
 def case_claim(
     *, case_id: int, worker: Worker, expected_version: int | None = None, kind: str = "apply"
 ) -> Attempt:
@@ -687,7 +607,7 @@ def claim_case(
 ) -> Claimed:
     """:func:`case_claim` returning what the claim read (``Claimed``). One transaction: on
     PostgreSQL two statements, the guarded read that locks the case row and the write of the
-    case, the attempt and the event (:func:`_claim_write_sql`). Any guard that fails is reported
+    case, the attempt and the event (``cases.kernel.claim_write``). Any guard that fails is reported
     by :func:`_claim_refused`, which reads the services' own view of it and moves the case where
     it belongs."""
     now = timezone.now()
@@ -861,14 +781,10 @@ def attempt_heartbeat(*, attempt_id: int, fencing_token: int) -> Lease:
     """
     now = timezone.now()
     attempt = Attempt.objects.only("kind", "state").get(pk=attempt_id)
-    expires = now + dt.timedelta(seconds=lease_seconds(attempt.kind))
-    extended = Attempt.objects.filter(
-        pk=attempt_id,
-        fencing_token=fencing_token,
-        state__in=Attempt.ACTIVE,
-        lease_expires_at__gt=now,
-    ).update(lease_expires_at=expires, heartbeat_at=now)
-    if not extended:
+    expires = lease_expiry(attempt.kind, now)
+    if not lease_extend(
+        attempt_id=attempt_id, fencing_token=fencing_token, expires=expires, now=now
+    ):
         attempt.refresh_from_db(fields=["state", "lease_expires_at"])
         raise StaleAttempt(
             f"Attempt is {attempt.get_state_display().lower()}: stop without submitting.",

@@ -158,6 +158,7 @@ class ProtocolViolation(OrderSystemError):
 PLAIN_FAILURE = {
     "connect_failed": "could not be reached",
     "no_answer": "did not answer",
+    "effect_unknown": "gave no answer that proves the outcome",
     "unavailable": "said it was unavailable",
     "bad_gateway": "did not answer (a gateway in front of it failed)",
     "protocol_violation": "answered in a way that does not follow the contract",

@@ -10,8 +10,9 @@ from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.utils.safestring import SafeString
 
-from cases import extensions
-from reconciliation.selectors import current_autonomy, kinds_autonomy
+from cases import extensions, kinds
+from reconciliation.models import Autonomy
+from reconciliation.selectors import current_autonomy, current_profile, kinds_autonomy
 
 
 def autonomy_panel(request: HttpRequest) -> SafeString:
@@ -29,6 +30,15 @@ def workers_may_settle(case) -> bool:
     return current_autonomy(kind=case.kind).is_autonomous
 
 
+def self_settling_kinds() -> list[str]:
+    """The change kinds the order system is autonomous for (one read of the latest profile):
+    ``workers_may_settle`` as a filter."""
+    profile = current_profile()
+    if profile is None:
+        return []
+    return [code for code in kinds.codes() if profile.autonomy_of(code) == Autonomy.AUTONOMOUS]
+
+
 def register() -> None:
     extensions.register_panel(extensions.DashboardPanel("Order system autonomy", autonomy_panel))
-    extensions.register_self_settling(workers_may_settle)
+    extensions.register_self_settling(workers_may_settle, self_settling_kinds)

@@ -15,7 +15,7 @@ automatic next check (``reconciliation.failures``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from django.utils import timezone
 
@@ -443,44 +443,10 @@ def case_settle_manually(
     from reconciliation.selectors import current_profile
 
     profile = current_profile()
-    # What the order system was verified to offer decides what a person's word must match.
-    fences = bool(profile and profile.fencing_enforced)
-    looks_up = bool(profile and profile.consistent_lookup)
     own_client = client is None
     client = client or OrderSystemClient.from_settings()
-    lookup: OperationRecord | None = None
-    fence_token: int | None = None
     try:
-        if outcome == "absent":
-            # Close the door first: a paused worker must not apply what is declared absent.
-            finding = investigate(fresh, operation, client)
-            fence_token = finding.fence_token
-            if isinstance(finding, Applied):
-                raise SettlementContradicted(
-                    f"The consistent lookup shows {operation.key} applied at order version "
-                    f"{finding.record.order_version}: it cannot be settled as absent."
-                )
-            if isinstance(finding, Unknown) and fences:
-                raise SettlementUnproven(
-                    f"Not settled: {finding.reason}. Absent can be recorded only once the "
-                    "door is closed; try again when the order system answers."
-                )
-        else:
-            try:
-                lookup = client.get_operation(operation.key)
-            except UnknownOperation:
-                if looks_up:
-                    raise SettlementContradicted(
-                        f"The consistent lookup does not know {operation.key}: it cannot be "
-                        "settled as applied (a matching order alone is not proof)."
-                    ) from None
-            except OrderSystemError:
-                lookup = None  # unreachable: the person's evidence stands on its own
-            if lookup is not None and not found_as_intended(operation, lookup):
-                raise SettlementContradicted(
-                    f"The order system holds {operation.key} with another change "
-                    f"({lookup.order_id}: {kinds.audit_words(lookup.change)})."
-                )
+        lookup, fence_token = _manual_look(fresh, operation, client, outcome, profile)
     finally:
         if own_client:
             client.close()
@@ -512,6 +478,50 @@ def case_settle_manually(
                 case, Operation.objects.get(pk=operation.pk), record, actor, reason, detail
             )
         return _settle_absent(case, operation, actor, reason, detail)
+
+
+def _manual_look(
+    case: Case, operation: Operation, client: OrderSystemClient, outcome: str, profile: Any
+) -> tuple[OperationRecord | None, int | None]:
+    """What the order system says against a person's settlement: for "absent", the door is
+    closed first and the look may not show it applied (nor, where fencing is proven, fail);
+    for "applied", the consistent lookup may not deny it (where it is proven) nor hold another
+    change. Returns the lookup's record and the fence's token; refuses with
+    ``SettlementContradicted`` / ``SettlementUnproven``."""
+    # What the order system was verified to offer decides what a person's word must match.
+    fences = bool(profile and profile.fencing_enforced)
+    looks_up = bool(profile and profile.consistent_lookup)
+    if outcome == "absent":
+        # Close the door first: a paused worker must not apply what is declared absent.
+        finding = investigate(case, operation, client)
+        if isinstance(finding, Applied):
+            raise SettlementContradicted(
+                f"The consistent lookup shows {operation.key} applied at order version "
+                f"{finding.record.order_version}: it cannot be settled as absent."
+            )
+        if isinstance(finding, Unknown) and fences:
+            raise SettlementUnproven(
+                f"Not settled: {finding.reason}. Absent can be recorded only once the "
+                "door is closed; try again when the order system answers."
+            )
+        return None, finding.fence_token
+    try:
+        lookup = client.get_operation(operation.key)
+    except UnknownOperation:
+        if looks_up:
+            raise SettlementContradicted(
+                f"The consistent lookup does not know {operation.key}: it cannot be "
+                "settled as applied (a matching order alone is not proof)."
+            ) from None
+        return None, None
+    except OrderSystemError:
+        return None, None  # unreachable: the person's evidence stands on its own
+    if not found_as_intended(operation, lookup):
+        raise SettlementContradicted(
+            f"The order system holds {operation.key} with another change "
+            f"({lookup.order_id}: {kinds.audit_words(lookup.change)})."
+        )
+    return lookup, None
 
 
 class SettlementContradicted(CaseError):

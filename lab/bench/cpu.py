@@ -9,7 +9,7 @@ from pathlib import Path
 
 from lab.bench.postgres import backend_pids
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def process_ticks() -> dict[int, tuple[int, int]]:
@@ -60,5 +60,5 @@ class CpuSplit:
             ticks = sum(
                 after[pid][1] - self.before.get(pid, (0, 0))[1] for pid in pids if pid in after
             )
-            used[label] = ticks / _CLOCK_TICKS * 1000 / applies
+            used[label] = ticks / CLOCK_TICKS * 1000 / applies
         return used

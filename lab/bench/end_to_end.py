@@ -41,8 +41,7 @@ from lab.bench.cluster import (
     warm,
 )
 from lab.bench.context import PendingOrders, Run
-from lab.bench.cpu import _CLOCK_TICKS as CLOCK_TICKS
-from lab.bench.cpu import CpuSplit, process_ticks
+from lab.bench.cpu import CLOCK_TICKS, CpuSplit, process_ticks
 from lab.bench.deployed_orders import DeployedOrderSystem
 from lab.bench.postgres import (
     STATS_IDLE_FLUSH,

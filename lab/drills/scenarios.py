@@ -32,6 +32,7 @@ from cases.kernel import SYSTEM
 from cases.models import Attempt, CancellationRequest, Case, CaseEvent, Status, WaitingOn
 from cases.next_action import describe_next_action
 from cases.services import case_cancel_request, case_open, open_case_for
+from cases.validation import IDENTIFIER_MAX_LENGTH
 from lab.drills.deployment import DrillPeople, OrderSystemControl, drill_day, worker_env
 from lab.drills.workers import DrillCluster, DrillWorker, wait_for
 from reconciliation.claims import attempts_expire_leases
@@ -105,7 +106,7 @@ class Drill:
         case, _ = case_open(
             actor=SYSTEM,
             account=self.people.account,
-            request_key=f"drill-{self.run_id}-{self.name}",
+            request_key=drill_request_key(self.run_id, self.name),
             order_id=self.order_id,
             kind="delivery_date",
             change={"kind": "delivery_date", "delivery_date": drill_day(self.index).isoformat()},
@@ -1009,6 +1010,17 @@ def drill_address(d: Drill, n: int = 0) -> dict:
     }
 
 
+def drill_request_key(run_id: str, name: str) -> str:
+    """The drill case's request key: readable, unique per run and scenario, and within the
+    intake's identifier rule (64 characters): a long scenario name is cut and a digest of the
+    whole name keeps two such names apart."""
+    key = f"drill-{run_id}-{name}"
+    if len(key) <= IDENTIFIER_MAX_LENGTH:
+        return key
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{key[: IDENTIFIER_MAX_LENGTH - len(digest) - 1]}-{digest}"
+
+
 def kind_case(d: Drill, change: dict, *, tag: str = "") -> Case:
     """Open a drill case of ``change``'s kind on the sandbox order (closing one an earlier run
     left open) and make it the drill's case."""
@@ -1019,7 +1031,7 @@ def kind_case(d: Drill, change: dict, *, tag: str = "") -> Case:
     case, _ = case_open(
         actor=SYSTEM,
         account=d.people.account,
-        request_key=f"drill-{d.run_id}-{d.name}{tag}",
+        request_key=drill_request_key(d.run_id, f"{d.name}{tag}"),
         order_id=d.order_id,
         kind=kind,
         change=change,

@@ -282,6 +282,38 @@ def case_in_state(live_orders, make_case, reviewable_case, approved_case, held_c
     return make
 
 
+@pytest.fixture
+def held_with_evidence(case_in_state, live_orders):
+    """``make()``: a held case with the evidence a person weighs on its page and in the held
+    queue: one look by the workers that found nothing (the fence was refused once: a finding
+    on the timeline) and an order event about its order, received and processed."""
+    import datetime as dt
+
+    from reconciliation.inbound import inbound_event_process, inbound_event_receive
+    from reconciliation.settle import case_reconcile
+
+    def make():
+        case = case_in_state("held")
+        live_orders.set_fault("unavailable", path_prefix=f"/orders/{case.order_id}/fence")
+        assert case_reconcile(case_id=case.pk) == "still held"
+        live_orders.clear_faults()
+        event_id = f"evt-held-{case.pk}"
+        inbound_event_receive(
+            event_id=event_id,
+            type="order.updated",
+            order_id=case.order_id,
+            order_version=2,
+            occurred_at=dt.datetime(2026, 12, 1, 9, 15, tzinfo=dt.UTC),
+            body={"event_id": event_id, "order_id": case.order_id, "order_version": 2},
+        )
+        assert inbound_event_process(event_id=event_id) == "processed"
+        case.refresh_from_db()
+        assert case.status == "held"
+        return case
+
+    return make
+
+
 # --- helpers the tests call -----------------------------------------------------------------
 
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from cases.audit import HASHED_FIELDS, event_hash, stored_hash, verify_chains
 from cases.codes import Action
-from cases.kernel import record_event
+from cases.kernel import Worker, record_event
 from cases.models import CaseEvent
 from cases.retention import case_purge
 from cases.services import case_transition, case_update_followup
@@ -369,3 +369,25 @@ def test_the_owner_is_refused_too_unless_it_sets_the_switch(case):
 
     _raw("UPDATE cases_caseevent SET reason = 'x' WHERE id = %s", [event.pk])
     assert CaseEvent.objects.get(pk=event.pk).reason == "x"
+
+
+@pytest.mark.order_system
+def test_the_chain_holds_through_a_claim_and_an_apply_written_in_one_batch(
+    approved_case, live_orders, account
+):
+    """The claim writes its event in the same statement as the attempt (its head read with the
+    case), and an apply with nothing to send writes the answer's, the notification's and the
+    close's events in one insert: each still links to the event before it."""
+    from reconciliation.apply import apply_case
+    from reconciliation.claims import case_claim
+
+    account.email = ""  # no address: the notification step is confirmed without a send
+    account.save(update_fields=["email"])
+    claimed, batched = approved_case(), approved_case()
+    case_claim(case_id=claimed.pk, worker=Worker("worker:test:chain"))
+    assert apply_case(case_id=batched.pk) == "done"
+
+    for case in (claimed, batched):
+        events = list(CaseEvent.objects.filter(case=case).order_by("id"))
+        assert [e.prev_hash for e in events[1:]] == [e.hash for e in events[:-1]]
+        assert verify_chains(case_reference=case.reference).ok

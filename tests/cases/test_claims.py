@@ -492,3 +492,17 @@ def test_claim_on_a_claimed_case_is_refused_with_the_reason(approved_case, setti
     assert Attempt.objects.filter(case=case).count() == 1
     lease = dt.timedelta(seconds=settings.LEASES["apply"]["lease_seconds"])
     assert first.lease_expires_at - first.claimed_at == lease
+
+
+def test_claim_made_on_a_stale_view_of_the_case_is_refused(approved_case):
+    """A claim says which version it saw: one made on an older version than the case has now is
+    refused, even though the case is ready and every guard holds."""
+    case = approved_case()
+
+    with pytest.raises(ClaimRefused) as refused:
+        case_claim(case_id=case.pk, worker=WORKER, expected_version=case.version - 1)
+
+    assert refused.value.extra["reason"] == "version_changed"
+    assert not Attempt.objects.filter(case=case).exists()
+    assert Case.objects.get(pk=case.pk).status == Status.READY
+    assert case_claim(case_id=case.pk, worker=WORKER, expected_version=case.version)

@@ -123,3 +123,29 @@ def test_a_case_waiting_on_the_approvers_or_a_worker_is_not_mine_to_answer(clien
     listed = {c.pk for c in client.get(url).context["cl"].result_list}
     assert listed.isdisjoint(set(waiting.values_list("pk", flat=True)))
     assert reload(Case.objects.get(reference="D-41")).status == Status.WAITING_SOURCE
+
+
+def test_a_held_case_the_workers_still_settle_is_nobodys_until_they_give_up(client, desk):
+    """Issue 24: a held case the workers are still settling (their next look is scheduled and
+    the order system is autonomous for its kind) is in nobody's "Mine to answer now"; it is
+    the lead's again once the workers will not look again. Every tile still equals its list."""
+    from reconciliation.models import Autonomy, OrderSystemProfile
+
+    OrderSystemProfile.objects.create(
+        base_url="http://orders.invalid",
+        sandbox_order_id="ORD-PROBE",
+        reachable=True,
+        autonomy=Autonomy.AUTONOMOUS,
+        autonomy_reason="Every capability was verified by probing.",
+        kind_autonomy={"delivery_date": Autonomy.AUTONOMOUS},
+    )
+    held = Case.objects.get(status=Status.HELD, kind="delivery_date", owner=desk["lead"])
+    Case.objects.filter(pk=held.pk).update(next_check_at=timezone.now() + dt.timedelta(minutes=5))
+
+    seen = _check_every_tile(client, desk)
+    assert seen["lead"]["Mine to answer now"] == 2
+    assert seen["backup"]["Mine to answer now"] == 0
+
+    Case.objects.filter(pk=held.pk).update(next_check_at=None)  # the workers gave up
+    seen = _check_every_tile(client, desk)
+    assert seen["lead"]["Mine to answer now"] == 3

@@ -138,3 +138,24 @@ def test_an_error_inside_batched_writes_writes_none_of_them(case, lead):
         _fail_after_a_batched_fact(case, lead)
     assert Case.objects.get(pk=case.pk).version == start
     assert CaseEvent.objects.filter(case=case).count() == events
+
+
+def test_a_person_acts_only_on_their_own_teams_cases(case, lead, outsider):
+    """The permission alone is not enough: a lead of another team may not step on the case,
+    and the refusal comes before anything is written."""
+    from cases.kernel import actor_may, require
+
+    assert actor_may(lead, "cases.lead_case", case)
+    assert outsider.has_perm("cases.lead_case")
+    assert not actor_may(outsider, "cases.lead_case", case)
+    with pytest.raises(ActionNotPermitted):
+        require(outsider, "cases.lead_case", case, "lead the case")
+    version = case.version
+    with (
+        pytest.raises(ActionNotPermitted),
+        case_step(
+            case, actor=outsider, permission="cases.lead_case", what="lead the case"
+        ) as locked,
+    ):
+        record_fact(case=locked, action="cases.case.followup_updated", actor=outsider)
+    assert Case.objects.get(pk=case.pk).version == version

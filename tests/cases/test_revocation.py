@@ -24,7 +24,7 @@ from cases.fencing import next_fencing_token
 from cases.kernel import Worker
 from cases.models import Attempt, Case, CaseEvent, Status
 from cases.services import case_cancel_request
-from reconciliation.apply import _apply, run_attempt
+from reconciliation.apply import _apply, apply_case, run_attempt
 from reconciliation.claims import ClaimRefused, attempts_expire_leases, case_claim
 from reconciliation.client import OrderSystemClient
 from reconciliation.revocation import account_revoke_access, case_revoke
@@ -394,3 +394,39 @@ def test_deletion_racing_a_claim_never_leaves_an_admitted_attempt_unseen(
 
     # Proof the two really raced: the calls overlapped in time in at least one round.
     assert any(overlapped for _, overlapped in rounds), rounds
+
+
+@pytest.mark.order_system
+def test_revoking_again_or_after_the_end_does_nothing(approved_case, live_orders, lead):
+    """Revocation happens once, and only while the case has authority left: a held case revoked
+    a second time keeps its first revocation, and a finished case is not revoked at all --
+    neither writes anything."""
+    held = approved_case()
+    case_claim(case_id=held.pk, worker=WORKER)
+    assert attempts_expire_leases(now=timezone.now() + dt.timedelta(hours=1)) == 1
+    first = case_revoke(case=held, actor=lead, reason="Withdrawn", kind="withdrawn", fence=False)
+    assert not first.already
+    held = Case.objects.get(pk=held.pk)
+    assert held.status == Status.HELD  # the outcome is unknown: it stays for reconciliation
+    events = _actions(held)
+
+    again = case_revoke(case=held, actor=lead, reason="Deleted", kind="deleted", fence=False)
+
+    assert again.already
+    fresh = Case.objects.get(pk=held.pk)
+    assert (fresh.revoked_at, fresh.revocation_kind) == (held.revoked_at, "withdrawn")
+    assert fresh.version == held.version
+    assert _actions(fresh) == events
+
+    done = approved_case()
+    assert apply_case(case_id=done.pk) == "done"
+    done = Case.objects.get(pk=done.pk)
+    events = _actions(done)
+
+    after = case_revoke(case=done, actor=lead, reason="Too late", kind="deleted")
+
+    assert after.already
+    fresh = Case.objects.get(pk=done.pk)
+    assert fresh.revoked_at is None
+    assert fresh.version == done.version
+    assert _actions(fresh) == events

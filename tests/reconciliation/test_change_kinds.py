@@ -18,14 +18,21 @@ from django.utils import timezone
 from approvals.grants import grant_issue
 from approvals.models import Approval, Operation, Proposal
 from approvals.services import proposal_approve
+from cases.codes import Action
 from cases.fencing import next_fencing_token
 from cases.kernel import Worker
-from cases.models import Attempt, Case, EvidenceReference, Status
-from reconciliation.apply import apply_case
+from cases.models import Attempt, Case, CaseEvent, EvidenceReference, Status
+from reconciliation.apply import RESTORE_DETECTED, apply_case
 from reconciliation.claims import attempts_expire_leases, case_claim
 from reconciliation.client import OrderSystemClient
 from reconciliation.models import Autonomy, OrderSystemProfile
-from reconciliation.restore_detection import restore_detected_at_source, source_verified
+from reconciliation.restore_detection import (
+    restore_detected_at_source,
+    source_check_due,
+    source_check_forget,
+    source_verified,
+)
+from reconciliation.restore_recovery import recover_after_restore
 from reconciliation.settle import (
     SettlementContradicted,
     SettlementUnproven,
@@ -36,6 +43,7 @@ from reconciliation.settle import (
 from reconciliation.sources import source_check
 from reconciliation.tasks import prepare_proposal
 from tests.support.fixtures import (
+    DEFAULT_ORDERS,
     address_change,
     cancellation_change,
     date_change,
@@ -128,22 +136,7 @@ def _held_with_its_key_holding_another_change(approved_case, live_orders, kind) 
     case_claim(case_id=case.pk, worker=WORKER)
     assert attempts_expire_leases(now=timezone.now() + dt.timedelta(hours=1)) == 1
     operation = Operation.objects.get(case=case)
-    grant = grant_issue(
-        operation_key=operation.key,
-        order_id=case.order_id,
-        change=other,
-        approval_id="AP-ELSEWHERE",
-        expires_at=timezone.now() + dt.timedelta(hours=1),
-    )
-    with OrderSystemClient.from_settings() as client:
-        client.apply_operation(
-            case.order_id,
-            operation_key=operation.key,
-            change=other,
-            expected_version=live_orders.state(case.order_id)["order"]["version"],
-            fencing_token=next_fencing_token(),
-            approval_grant=grant,
-        )
+    _apply_at_the_source(live_orders, case, operation, other)
     case.refresh_from_db()
     assert case.status == Status.HELD
     return case
@@ -182,6 +175,23 @@ def test_a_key_found_with_another_change_of_its_kind_stays_held_for_a_person(
     assert len(_applied(live_orders, case.order_id)) == 1  # the other one, nothing from us
 
 
+def test_a_key_found_applied_on_another_order_stays_held(approved_case, live_orders):
+    """The key is there, applied, with the very change the case asks for -- but on another
+    order: not this case's change."""
+    case = approved_case(change=date_change(days_ahead(9)))
+    case_claim(case_id=case.pk, worker=WORKER)
+    assert attempts_expire_leases(now=timezone.now() + dt.timedelta(hours=1)) == 1
+    operation = Operation.objects.get(case=case)
+    other_order = next(order for order in DEFAULT_ORDERS if order != case.order_id)
+    _apply_at_the_source(live_orders, case, operation, case.change, order_id=other_order)
+
+    assert case_reconcile(case_id=case.pk) == "still held"
+
+    assert Case.objects.get(pk=case.pk).status == Status.HELD
+    assert Operation.objects.get(pk=operation.pk).confirmed_at is None
+    assert _applied(live_orders, case.order_id) == []
+
+
 def test_the_restore_check_knows_every_kinds_operation_keys(approved_case, live_orders):
     """An operation the order system applied under a key of any kind's prefix that these
     records do not know means the records are older than the order system."""
@@ -206,6 +216,92 @@ def test_the_restore_check_knows_every_kinds_operation_keys(approved_case, live_
         )
 
     assert f"applied {ghost}" in restore_detected_at_source(force=True)
+
+
+def test_a_known_operation_applied_at_the_source_but_never_sent_here_is_a_restore(
+    approved_case, live_orders
+):
+    """These records know the operation but show no attempt that sent it, yet the order system
+    applied it: the records are older than the order system (a backup taken before the send).
+    It is detected before any claim, recovery settles the case from the consistent lookup, and
+    nothing is written a second time."""
+    case = approved_case(change=address_change())
+    operation = Operation.objects.get(case=case)
+    source_verified()
+    _apply_at_the_source(live_orders, case, operation, case.change)
+    assert not operation.attempts.exists()
+
+    why = restore_detected_at_source(force=True)
+    assert f"applied {operation.key}" in why
+    assert "no attempt that sent it" in why
+
+    source_check_forget()  # the next claim compares with the order system first
+    outcome = apply_case(case_id=case.pk)
+    assert outcome.startswith(RESTORE_DETECTED), outcome
+    assert not Attempt.objects.filter(case=case, submitted_at__isnull=False).exists()
+    assert Operation.objects.get(pk=operation.pk).confirmed_at is not None
+    assert Case.objects.get(pk=case.pk).status != Status.HELD
+    assert [r["operation_key"] for r in _applied(live_orders, case.order_id)] == [operation.key]
+
+
+def test_a_first_send_answered_already_applied_is_taken_as_a_sign_of_a_restore(
+    approved_case, live_orders
+):
+    """The order system answers the first send of an operation with "already applied"
+    (replayed) although no attempt of these records sent it: they are older than the order
+    system. The change is confirmed (nothing is written twice) and the fact is recorded, and
+    the next claim compares with the order system again."""
+    case = approved_case(change=address_change())
+    operation = Operation.objects.get(case=case)
+    _apply_at_the_source(live_orders, case, operation, case.change)
+    source_verified()  # a clean comparison just before: the claim does not ask again
+
+    apply_case(case_id=case.pk)
+
+    replay = CaseEvent.objects.get(case=case, action=Action.RESTORE_UNEXPECTED_REPLAY)
+    assert replay.detail["operation_key"] == operation.key
+    assert source_check_due()
+    assert Operation.objects.get(pk=operation.pk).confirmed_at is not None
+    assert [r["operation_key"] for r in _applied(live_orders, case.order_id)] == [operation.key]
+
+
+def test_recovery_after_a_restore_keeps_a_key_found_with_another_change_held(
+    approved_case, live_orders
+):
+    """Recovery settles each suspect case with the same fence-then-look as any reconciliation:
+    a key the order system holds with another change is not this case's change."""
+    case = _held_with_its_key_holding_another_change(approved_case, live_orders, "delivery_date")
+    operation = Operation.objects.get(case=case)
+
+    summary = recover_after_restore(progress=lambda line: None)
+
+    assert summary["outcomes"] == {"still held": 1}
+    assert Case.objects.get(pk=case.pk).status == Status.HELD
+    assert Operation.objects.get(pk=operation.pk).confirmed_at is None
+
+
+def _apply_at_the_source(
+    live_orders, case: Case, operation: Operation, change: dict, order_id: str = ""
+) -> None:
+    """The order system applies ``operation``'s key with ``change`` (on ``order_id``, by
+    default the case's order), as a send these records do not show would have."""
+    order_id = order_id or case.order_id
+    grant = grant_issue(
+        operation_key=operation.key,
+        order_id=order_id,
+        change=change,
+        approval_id="AP-ELSEWHERE",
+        expires_at=timezone.now() + dt.timedelta(hours=1),
+    )
+    with OrderSystemClient.from_settings() as client:
+        client.apply_operation(
+            order_id,
+            operation_key=operation.key,
+            change=change,
+            expected_version=live_orders.state(order_id)["order"]["version"],
+            fencing_token=next_fencing_token(),
+            approval_grant=grant,
+        )
 
 
 # --- autonomy per kind ---------------------------------------------------------------------

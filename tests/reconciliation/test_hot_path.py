@@ -299,17 +299,17 @@ def test_the_written_out_claim_read_reads_what_the_orm_query_reads(
 def test_the_written_out_claim_writes_what_the_orm_writes(
     approved_case, live_orders, account, monkeypatch
 ):
-    """On PostgreSQL the claim's writes are one statement (``claims._claim_write_sql``); the
+    """On PostgreSQL the claim's writes are one statement (``kernel._claim_write_sql``); the
     ORM's three (``_claim_write_orm``) are the other databases' way. Claimed once each way, two
     cases end up with the same case fields, attempt and event, and both audit chains verify."""
     from django.forms.models import model_to_dict
 
+    from cases import kernel
     from cases.audit import verify_chains
-    from reconciliation import claims
 
     one, other = (approved_case(order_id=o) for o in _orders(live_orders, account, 2))
     by_sql = case_claim(case_id=one.pk, worker=WORKER)
-    monkeypatch.setattr(claims, "_claim_write_sql", claims._claim_write_orm)
+    monkeypatch.setattr(kernel, "_claim_write_sql", kernel._claim_write_orm)
     by_orm = case_claim(case_id=other.pk, worker=WORKER)
 
     def attempt_row(attempt) -> dict:
@@ -345,15 +345,15 @@ def test_the_written_out_mark_of_the_send_decides_and_writes_what_the_orm_does(
     approved_case, live_orders, account
 ):
     """On PostgreSQL the mark that the write may leave is one statement written out
-    (``apply._mark_submitting_sql``), elsewhere the ORM's (``_mark_submitting_orm``). Both must
+    (``leases._submitting_sql``), elsewhere the ORM's (``leases._submitting_orm``). Both must
     let the send go, or refuse it, in the same states, and write the same times."""
     from django.db import transaction
     from django.db.models import F
     from django.utils import timezone
 
     from approvals.models import Approval
-    from reconciliation.apply import _authority, _mark_submitting_orm, _mark_submitting_sql
-    from reconciliation.claims import lease_seconds
+    from reconciliation.apply import _authority
+    from reconciliation.leases import _submitting_orm, _submitting_sql, lease_expiry
 
     case = approved_case(order_id=_orders(live_orders, account, 1)[0])
     attempt = case_claim(case_id=case.pk, worker=WORKER)
@@ -363,13 +363,14 @@ def test_the_written_out_mark_of_the_send_decides_and_writes_what_the_orm_does(
 
     def both(change, *, with_authority: bool = True) -> bool:
         seen = []
-        for mark in (_mark_submitting_sql, _mark_submitting_orm):
+        for mark in (_submitting_sql, _submitting_orm):
             with transaction.atomic():
                 point = transaction.savepoint()
                 change()
                 now = timezone.now()
-                lease = now + dt.timedelta(seconds=lease_seconds(attempt.kind))
-                moved = mark(attempt, authority if with_authority else None, now=now, lease=lease)
+                lease = lease_expiry(attempt.kind, now)
+                approval_id = authority.approval_id if with_authority else None
+                moved = mark(attempt, approval_id, now=now, lease=lease)
                 row = attempts.values("submitted_at", "heartbeat_at", "lease_expires_at").get()
                 seen.append((moved, row == {"submitted_at": now, "heartbeat_at": now,
                                             "lease_expires_at": lease}))  # fmt: skip

@@ -13,7 +13,7 @@ from django.core import mail
 from django.utils import timezone
 
 from approvals.models import Operation
-from cases.models import Attempt, CaseEvent, EvidenceReference, Status
+from cases.models import Attempt, Case, CaseEvent, EvidenceReference, Status
 from reconciliation.apply import apply_case
 from reconciliation.client import OrderSystemClient
 from reconciliation.restore_detection import source_verified
@@ -169,3 +169,27 @@ def _apply_other_body(live_orders, operation: Operation, case) -> None:
         },
     )
     assert response.status_code == 201, response.text
+
+
+def test_a_case_recovered_after_a_restore_looks_before_its_first_write(approved_case, live_orders):
+    """After a restore these records may lack a send that happened: a recovered case whose
+    operation was proven absent still looks it up before it writes -- no attempt of it shows a
+    send, so only the recovery in its history says the write may not be the first."""
+    from reconciliation.restore_recovery import recover_after_restore
+
+    case = approved_case()
+    summary = recover_after_restore(progress=lambda line: None)
+    assert summary["outcomes"] == {"absent": 1}
+    assert Case.objects.get(pk=case.pk).status == Status.READY
+    source_verified()
+    transport = Counting()
+
+    with _client(live_orders, transport) as client:
+        assert apply_case(case_id=case.pk, client=client) == "done"
+
+    key = Operation.objects.get(case=case).key
+    assert transport.sent == [
+        ("GET", f"/operations/{key}"),
+        ("POST", f"/orders/{ORDER}/operations"),
+    ]
+    assert len(live_orders.state(ORDER)["operations"]) == 1

@@ -21,7 +21,7 @@ from approvals.models import Approval, Proposal
 from approvals.services import proposal_approve
 from cases import kinds
 from cases.append_only import maintenance
-from cases.models import Attempt, Case, CaseEvent, CustomerAccount, Status
+from cases.models import Attempt, CancellationRequest, Case, CaseEvent, CustomerAccount, Status
 from reconciliation import apply as apply_module
 from reconciliation.apply import apply_case
 from reconciliation.client import OrderSystemClient
@@ -240,3 +240,53 @@ def _at(monkeypatch, point: str, action) -> None:
     monkeypatch.setattr(
         apply_module, "STEP_POINT_OBSERVERS", [*apply_module.STEP_POINT_OBSERVERS, observer]
     )
+
+
+def test_a_revoked_case_is_refused_by_the_claim_even_with_its_approval_live(
+    ready_case, live_orders
+):
+    """The case carries a revocation while its approval is still live (a row restored or
+    written outside ``case_revoke``, which would also have closed the approval): the claim's
+    own check of ``revoked_at`` is the last line."""
+    case, _ = ready_case()
+    Case.objects.filter(pk=case.pk).update(revoked_at=timezone.now(), revocation_kind="withdrawn")
+
+    assert apply_case(case_id=case.pk) == "refused: revoked"
+
+    assert not Attempt.objects.filter(case=case).exists()
+    _nothing_reached_the_order(live_orders)
+
+
+def test_a_pending_cancellation_is_refused_by_the_claim(ready_case, live_orders):
+    """A customer's cancellation is pending on a ready case (recorded without the move every
+    service pairs with it): the claim's own check stops the write."""
+    case, _ = ready_case()
+    CancellationRequest.objects.create(
+        case=case, reason="The customer cancelled", via="system", requested_by_label="test"
+    )
+
+    assert apply_case(case_id=case.pk) == "refused: cancel_requested"
+
+    assert not Attempt.objects.filter(case=case).exists()
+    _nothing_reached_the_order(live_orders)
+
+
+def test_a_lease_running_out_between_claim_and_send_stops_the_send(
+    ready_case, live_orders, monkeypatch
+):
+    """The worker was slow between its claim and the send: its lease ran out (the watchdog has
+    not looked yet, nobody fenced the order). The mark that the write may leave checks the
+    lease, so nothing is sent."""
+    case, _ = ready_case()
+
+    def lease_runs_out() -> None:
+        Attempt.objects.filter(case=case).update(
+            lease_expires_at=timezone.now() - dt.timedelta(seconds=1)
+        )
+
+    _at(monkeypatch, "after_claim", lease_runs_out)
+
+    assert apply_case(case_id=case.pk) == "stale: stopped before submitting"
+
+    assert Attempt.objects.get(case=case).submitted_at is None
+    _nothing_reached_the_order(live_orders)

@@ -90,3 +90,61 @@ def test_an_order_event_recorded_during_the_investigation_does_not_discard_the_f
     assert recorded.detail["event_id"] == "evt-during-lookup"  # it did land mid-lookup
     assert outcome == "applied", outcome
     assert case.status == Status.READY  # proven applied: the steps after the apply resume
+
+
+def test_a_finding_about_a_case_that_left_the_hold_and_came_back_is_discarded(
+    approved_case, live_orders
+):
+    """No newer attempt, but the case's status moved while the reconciler looked (another
+    reconciler proved it absent, then a restore held it again): the finding describes a hold
+    that is over, so it is discarded, recorded as such, and the case is looked at again at
+    once."""
+    from cases.codes import Action
+    from cases.kernel import apply_transition, case_step
+    from cases.models import CaseEvent
+
+    case = approved_case()
+    case_claim(case_id=case.pk, worker=WORKER)  # claims and goes silent before sending
+    assert attempts_expire_leases(now=timezone.now() + dt.timedelta(hours=1)) == 1
+
+    class SettledAndHeldAgainDuringTheLook(OrderSystemClient):
+        def get_operation(self, operation_key):
+            with case_step(case.pk, actor=WORKER) as current:
+                apply_transition(current, "settle_absent", actor=WORKER, reason="proven absent")
+                apply_transition(current, "hold_for_recovery", actor=WORKER, reason="restored")
+            return super().get_operation(operation_key)
+
+    with SettledAndHeldAgainDuringTheLook.from_settings() as client:
+        outcome = case_reconcile(case_id=case.pk, client=client)
+
+    assert outcome == "skipped: changed during the investigation"
+    case.refresh_from_db()
+    assert case.status == Status.HELD
+    assert case.next_check_at <= timezone.now()
+    assert CaseEvent.objects.filter(case=case, action=Action.FINDING_DISCARDED).exists()
+    assert live_orders.state("ORD-7731")["operations"] == []
+
+
+def test_a_cancellation_asked_for_during_the_look_is_settled_with_the_finding(
+    approved_case, live_orders, agent
+):
+    """A cancellation request recorded while the reconciler looked leaves the same hold: the
+    finding (absent after the fence) stands and the settlement reads the request under the
+    case lock, so the case is cancelled at once and nothing is written."""
+    case = approved_case()
+    case_claim(case_id=case.pk, worker=WORKER)  # claims and goes silent before sending
+    assert attempts_expire_leases(now=timezone.now() + dt.timedelta(hours=1)) == 1
+
+    class CancelDuringTheLook(OrderSystemClient):
+        def get_operation(self, operation_key):
+            case_cancel_request(case=case, actor=agent, reason="cancel", via="api")
+            return super().get_operation(operation_key)
+
+    with CancelDuringTheLook.from_settings() as client:
+        outcome = case_reconcile(case_id=case.pk, client=client)
+
+    assert outcome == "cancelled"
+    case.refresh_from_db()
+    assert case.status == Status.CANCELLED
+    assert CancellationRequest.objects.get(case=case).outcome == "cancelled"
+    assert live_orders.state("ORD-7731")["operations"] == []

@@ -21,6 +21,7 @@ from django.db import connection, connections
 from approvals.models import Operation
 from cases.models import CaseEvent, Status
 from reconciliation.apply import apply_case
+from reconciliation.client import OrderSystemClient
 from reconciliation.dispatch import dispatch_due
 from reconciliation.restore_detection import marker_advance, restore_detected
 from reconciliation.restore_recovery import suspects
@@ -152,6 +153,9 @@ def test_dispatch_recovers_first_when_a_restore_is_detected(approved_case, live_
     assert live_orders.state("ORD-7731")["operations"] == []
 
 
+@pytest.mark.django_db(
+    transaction=True
+)  # the worker's tasks are queued on commit, as in production
 def test_run_worker_once_recovers_before_any_work_resumes(approved_case, live_orders):
     case = approved_case()
     _simulate_restore()
@@ -168,3 +172,23 @@ def test_run_worker_once_recovers_before_any_work_resumes(approved_case, live_or
     case.refresh_from_db()
     assert case.status == Status.DONE
     assert len(live_orders.state("ORD-7731")["operations"]) == 1
+
+
+def test_recovery_moves_the_fencing_sequence_past_every_token_already_used(
+    approved_case, live_orders
+):
+    """After a restore the sequence may be behind tokens the order system has seen: recovery
+    moves it a whole jump past the highest of both, so no token is ever handed out twice."""
+    from cases.fencing import fencing_current, next_fencing_token
+    from reconciliation.restore_recovery import FENCING_JUMP, advance_counters
+
+    approved_case()
+    seen_by_the_order_system = next_fencing_token() + 500
+    with OrderSystemClient.from_settings() as client:
+        client.fence("ORD-7731", seen_by_the_order_system)
+
+    floors = advance_counters()
+
+    assert floors["fencing_token"] == seen_by_the_order_system + FENCING_JUMP
+    assert fencing_current() == floors["fencing_token"]
+    assert next_fencing_token() == floors["fencing_token"] + 1

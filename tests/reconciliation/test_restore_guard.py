@@ -6,6 +6,7 @@ the apply queued on approval and `run_worker --apply` go straight to claim and s
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 from pathlib import Path
 
@@ -67,3 +68,33 @@ def test_an_epoch_read_just_before_this_host_s_dispatcher_advanced_it_is_no_rest
     # A database really behind the file is still a restore.
     SystemMarker.objects.filter(name=MARKER).update(epoch=read.epoch - 1)
     assert "restored from an older backup" in restore_detected_from(read.identity, read.epoch)
+
+
+def test_a_worker_does_not_settle_a_held_case_on_a_restored_database(
+    approved_case, live_orders, settings, tmp_path
+):
+    """A held case's finding would be recorded in records older than the order system: a
+    worker leaves it to recovery (nothing fenced, nothing looked up, nothing written); the
+    recovery itself settles it."""
+    from django.utils import timezone
+
+    from cases.kernel import Worker
+    from cases.models import Case, Status
+    from reconciliation.claims import attempts_expire_leases, case_claim
+    from reconciliation.restore_recovery import recover_after_restore
+    from reconciliation.settle import case_reconcile
+
+    settings.HOLDFAST_STATE_DIR = str(tmp_path / "host")
+    case = approved_case()
+    case_claim(case_id=case.pk, worker=Worker("worker:test:restored"))
+    assert attempts_expire_leases(now=timezone.now() + dt.timedelta(hours=1)) == 1
+    version = Case.objects.get(pk=case.pk).version
+    fence = live_orders.state("ORD-7731")["fence_token"]
+    _simulate_restore()
+
+    assert case_reconcile(case_id=case.pk) == "skipped: recovery after restore required"
+
+    assert Case.objects.get(pk=case.pk).version == version
+    assert live_orders.state("ORD-7731")["fence_token"] == fence
+    assert recover_after_restore(progress=lambda line: None)["outcomes"] == {"absent": 1}
+    assert Case.objects.get(pk=case.pk).status == Status.READY

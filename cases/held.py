@@ -1,0 +1,40 @@
+"""Whom a held case waits on: the one rule.
+
+A held case's outcome is unknown. While the workers are still settling it by themselves — they
+look again at its ``next_check_at`` and the order system is autonomous for its kind of change
+(``cases.extensions.workers_may_settle``) — it waits on **nobody yet**: no person's follow-up
+clock runs, it is in nobody's "Mine to answer now", and nobody is told it is held. It becomes a
+person's (the responsible person's) when the workers will not look again (their checks ran out:
+``next_check_at`` is cleared) or may not settle it (the kind is not autonomous).
+
+Every reader asks here: the case page (``cases.next_action``), the follow-up clock
+(``cases.followups``), the held notification (``cases.notify``) and "Mine to answer now" with
+its home tile (``cases.inbox.cases_to_answer``). This module reads only.
+"""
+
+from __future__ import annotations
+
+from django.db.models import Q
+
+from cases.extensions import self_settling_kinds, workers_may_settle
+from cases.models import Case, Status
+
+
+def workers_settle(case: Case) -> bool:
+    """``case`` is held and the workers are still settling it by themselves (their next look
+    is scheduled and they may settle its kind): it waits on nobody yet."""
+    return (
+        case.status == Status.HELD and case.next_check_at is not None and workers_may_settle(case)
+    )
+
+
+def held_waits_on_person(case: Case) -> bool:
+    """``case`` is held and only a person settles it now (the workers will not look again, or
+    may not settle its kind)."""
+    return case.status == Status.HELD and not workers_settle(case)
+
+
+def workers_settling() -> Q:
+    """The held cases the workers are still settling (``workers_settle`` as a filter; one
+    query for the kinds the workers may settle)."""
+    return Q(status=Status.HELD, next_check_at__isnull=False, kind__in=self_settling_kinds())

@@ -1,0 +1,98 @@
+"""Issue 24: a held case the workers are still settling waits on nobody yet (``cases.held``).
+
+One rule, asked by every reader: while the workers look again on their own and may settle the
+kind, no person's follow-up clock runs, the case is in nobody's "Mine to answer now" and nobody
+is told it is held; when the workers give up (their checks ran out) it becomes the responsible
+person's: their clock starts, it is theirs to answer and they are told, once. Cases are held by
+the real apply against the live reference order system and reconciled by the real workers.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cases.held import held_waits_on_person, workers_settle
+from cases.inbox import cases_to_answer
+from cases.models import Notification, NotificationKind, Status, WaitReason
+from cases.next_action import describe_next_action
+from reconciliation.apply import apply_case
+from reconciliation.settle import case_reconcile
+from tests.cases.helpers import reload
+
+pytestmark = pytest.mark.order_system
+
+
+def _held(approved_case, live_orders):
+    case = approved_case()
+    live_orders.set_fault("drop_after_commit", path_prefix=f"/orders/{case.order_id}/operations")
+    assert apply_case(case_id=case.pk) == "effect_unknown"
+    live_orders.clear_faults()
+    return reload(case)
+
+
+def _held_told(case) -> list[str]:
+    return list(
+        Notification.objects.filter(case=case, kind=NotificationKind.HELD).values_list(
+            "recipient__username", flat=True
+        )
+    )
+
+
+def test_a_held_case_is_nobodys_while_the_workers_settle_it_and_the_leads_when_they_give_up(
+    approved_case, live_orders, settings, lead
+):
+    settings.RECONCILE_ATTEMPT_LIMIT = 2
+    case = _held(approved_case, live_orders)
+
+    # The workers settle it: no clock, nobody's to answer, nobody told; the page agrees.
+    assert case.status == Status.HELD
+    assert workers_settle(case)
+    assert not held_waits_on_person(case)
+    assert case.follow_up_at is None
+    assert case.follow_up_reason is None
+    assert case not in cases_to_answer(lead)
+    assert _held_told(case) == []
+    assert describe_next_action(case).who_must_answer.startswith("nobody yet")
+
+    # One more look that finds nothing: still the workers', still nobody's.
+    live_orders.set_fault("unavailable", path_prefix=f"/orders/{case.order_id}/fence", times=2)
+    assert case_reconcile(case_id=case.pk) == "still held"
+    case = reload(case)
+    assert workers_settle(case)
+    assert case.follow_up_at is None
+    assert case not in cases_to_answer(lead)
+    assert _held_told(case) == []
+
+    # The checks run out: the lead's now, with a clock, and told once.
+    assert case_reconcile(case_id=case.pk) == "still held: a person settles it"
+    case = reload(case)
+    assert held_waits_on_person(case)
+    assert case.follow_up_reason == WaitReason.HELD
+    assert case.follow_up_at is not None
+    assert case in cases_to_answer(lead)
+    assert _held_told(case) == [lead.username]
+
+
+def test_a_held_case_of_a_kind_the_workers_may_no_longer_settle_is_the_persons(
+    approved_case, live_orders, lead, autonomous
+):
+    """The probe no longer proves the kind: the case is the lead's to answer at once (the
+    page and the tile ask the same rule); the workers' next look hands it over, which starts
+    the clock and tells the lead, once."""
+    case = _held(approved_case, live_orders)
+    assert workers_settle(case)
+    assert case not in cases_to_answer(lead)
+    autonomous.kind_autonomy = {**autonomous.kind_autonomy, case.kind: "review_only"}
+    autonomous.save(update_fields=["kind_autonomy"])
+
+    assert held_waits_on_person(case)
+    assert case in cases_to_answer(lead)
+    assert not describe_next_action(case).who_must_answer.startswith("nobody yet")
+
+    assert case_reconcile(case_id=case.pk) == "manual settlement needed"
+    case = reload(case)
+    assert case.follow_up_reason == WaitReason.HELD
+    assert case.follow_up_at is not None
+    assert _held_told(case) == [lead.username]
+    assert case_reconcile(case_id=case.pk) == "manual settlement needed"
+    assert _held_told(reload(case)) == [lead.username]
