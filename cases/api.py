@@ -11,7 +11,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
-from cases import kinds, selectors, services
+from cases import kinds, search, selectors, services
 from cases.api_errors import error_responses
 from cases.exceptions import CaseNotFound, InvalidCaseInput
 from cases.models import CaseEvent, Status, WaitingOn
@@ -112,6 +112,9 @@ class CaseViewSet(
                 errors["overdue"] = ["Use true or false."]
         if errors:
             raise ValidationError(errors)
+        if value := params.get("q", "").strip():
+            # Each word through the indexes, a capped set of keys (``cases.search``).
+            queryset, _ = search.indexed_search(queryset, search.CASE_FIELDS, value)
         return queryset.order_by("-number")
 
     @extend_schema(
@@ -123,12 +126,19 @@ class CaseViewSet(
                 "responsible", _USERNAME_SCHEMA, description="username responsible now"
             ),
             OpenApiParameter("overdue", bool, description="next check time has passed"),
+            OpenApiParameter(
+                "q",
+                str,
+                description="words that must each be in the case's reference, order id, "
+                "account reference or name, or request key",
+            ),
         ],
         responses={200: CaseListSerializer(many=True), **error_responses(400, 404)},
         summary="List your teams' cases",
         description="The cases of the caller's teams, newest first, a page at a time "
         "(`count_capped` says when more than 1,000 follow the page). Filter by status, by what "
-        "the case waits on, by owner or by who is responsible now, or by an overdue next check.",
+        "the case waits on, by owner or by who is responsible now, or by an overdue next check; "
+        "search by reference, order id or account with `q`.",
     )
     def list(self, request, *args, **kwargs):
         return super().list(request, *args, **kwargs)

@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from cases import fulltext, kinds, selectors, services
+from cases import fulltext, kinds, search, selectors, services
 from cases.admin import intake, saved_views, views
 from cases.admin.extend import EXTENSIONS
 from cases.admin.filters import (
@@ -77,7 +77,7 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         FollowUpFilter,
         TeamFilter,
     ]
-    search_fields = ["reference", "order_id", "account__reference", "account__name", "request_key"]
+    search_fields = list(search.CASE_FIELDS)
     list_select_related = ["account", "team", "owner__staff_profile", "backup"]
     # A filtered page counts its rows once: no second COUNT(*) over every visible case; and
     # at most 1,000 past the page (``cases.paging``), so the page costs the same at 1M cases.

@@ -36,6 +36,7 @@ from lab.bench.seeding import E2E_KINDS, analyze, quiet
 from lab.bench.series import Series, Skip, optional_module
 
 LISTS = "lab.bench.lists"
+LOAD_SERIES = ("load_admin_p95", "load_api_p95", "load_errors", "load_e2e")
 COUNTS = ("rounds", "cases", "noop_tasks", "raw_rows", "apply_cases", "approve_cases")
 
 
@@ -227,11 +228,11 @@ class Bench:
                 "rss_1k"
             ].skipped = "opt-in: --memory-applies 10000 (a cluster applies 10k cases; minutes)"
         if not options["load"]:
-            for name in ("load_admin_p95", "load_api_p95", "load_errors", "load_e2e"):
+            for name in LOAD_SERIES:
                 s[name].skipped = "opt-in: --load (locust, gunicorn, 1M cases)"
-        elif optional_module("lab.bench.load") is None:
-            for name in ("load_admin_p95", "load_api_p95", "load_errors", "load_e2e"):
-                s[name].skipped = "--load: the load run (lab.bench.load) is not written yet"
+        elif importlib.util.find_spec("locust") is None:
+            for name in LOAD_SERIES:
+                s[name].skipped = "--load: locust not installed (pip install '.[bench]')"
 
     def _start_orders(self) -> DeployedOrderSystem | None:
         s = self.run.series
@@ -260,6 +261,7 @@ class Bench:
                 self._memory()
                 end_to_end.orders_settle(self.run, wait=True)
             self.lists = self._list_pages(sizes)
+            self._load(sizes)
         finally:
             if self.orders is not None:
                 self.orders.stop()
@@ -279,6 +281,37 @@ class Bench:
         self.run.attempt(
             s["rss_1k"], partial(end_to_end.worker_memory, self.run, self.orders, count)
         )
+
+    def _load(self, sizes: tuple[int, ...]) -> None:
+        """Goal 7 (opt-in): twenty users on gunicorn over the largest list database while a
+        cluster applies (``lab.bench.load``)."""
+        s, load = self.run.series, optional_module("lab.bench.load")
+        if s["load_admin_p95"].skipped or load is None:
+            return
+        if self.orders is None:
+            for name in LOAD_SERIES:
+                s[name].skipped = s[name].skipped or "no order system (the cluster's applies)"
+            return
+        lists = optional_module(LISTS)
+        if lists is None or self.options["skip_lists"]:
+            for name in LOAD_SERIES:
+                s[name].skipped = "--load needs the list pages' databases (not --skip-lists)"
+            return
+        database = lists.database_name_for(max(sizes))
+        self.run.write(f"load: {load.USERS} users for {load.SECONDS} s on {database}…")
+        self.run.out.flush()
+        try:
+            summary, rate = load.measure(
+                self.run, self.orders, database, self.options["apply_cases"]
+            )
+        except Skip as exc:
+            for name in LOAD_SERIES:
+                s[name].skipped = f"load run failed: {exc}"
+            return
+        s["load_admin_p95"].add(summary.admin_p95_ms)
+        s["load_api_p95"].add(summary.api_p95_ms)
+        s["load_errors"].add(float(summary.errors))
+        s["load_e2e"].add(rate)
 
     def _list_pages(self, sizes: tuple[int, ...]) -> ListsOutcome:
         if self.options["skip_lists"]:

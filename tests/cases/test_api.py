@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -314,6 +316,33 @@ def test_list_overdue_false_excludes_overdue_cases(api, lead, make_case):
 
     assert response.status_code == 200
     assert [c["reference"] for c in response.json()["results"]] == [on_time.reference]
+
+
+def test_list_search_each_word_must_match_a_field_through_the_bounded_search(
+    api, lead, account, make_case
+):
+    """``q``: each word in the reference, order id, account reference or name, or request key
+    (``cases.search``, the admin's case search): two words narrow, a word nothing has finds
+    nothing, and a search costs the same queries for one match as for two."""
+    first = make_case(order_id="ORD-5551001")
+    second = make_case(order_id="ORD-5551002")
+    make_case(order_id="ORD-7770001")
+    client = api(lead)
+
+    def refs(q):
+        response = client.get("/api/cases/", {"q": q})
+        assert response.status_code == 200, response.json()
+        return {c["reference"] for c in response.json()["results"]}
+
+    assert refs("555100") == {first.reference, second.reference}
+    assert refs(f"ORD-5551002 {account.name.split()[0]}") == {second.reference}
+    assert refs(f"{first.reference} {account.reference}") == {first.reference}
+    assert refs("ORD-5551002 zz-nothing") == set()
+    with CaptureQueriesContext(connection) as one:
+        refs("ORD-5551001")
+    with CaptureQueriesContext(connection) as two:
+        refs("555100")
+    assert len(one) == len(two)
 
 
 @pytest.mark.parametrize(
