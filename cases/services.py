@@ -233,6 +233,9 @@ def case_open(
             fields={"account": [f"Team {team} has no support lead to own new cases."]},
         )
     if (open_case := open_case_for(account=account, order_id=order_id, kind=kind)) is not None:
+        if open_case.request_key == request_key:
+            # The same request, opened by a racing intake since the lookup above.
+            return _request_resent(open_case, actor), False
         raise _open_case_exists(open_case)
     try:
         with transaction.atomic():

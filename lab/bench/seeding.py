@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals.models import Approval, Operation, Proposal
+from cases import kinds
 from cases.kinds import change_hash
 from cases.models import Case, CustomerAccount, Status
 
@@ -154,6 +155,7 @@ def bench_profile(model: Any, sandbox_order_id: str, reason: str) -> None:
         consistent_lookup=True,
         autonomy="autonomous",
         autonomy_reason=reason,
+        kind_autonomy=dict.fromkeys(kinds.codes(), "autonomous"),  # every kind the bench drives
     )
 
 
