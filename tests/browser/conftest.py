@@ -229,11 +229,13 @@ def held_case(approved_case, live_orders, staff):
 @pytest.fixture
 def case_in_state(live_orders, make_case, reviewable_case, approved_case, held_case, staff):
     """``case_in_state(state)``: a fresh case in that state (waiting_source, awaiting_review,
-    needs_attention, held, done) built through the real services, each on its own order."""
+    needs_attention, held, done, ready) built through the real services, each on its own order
+    (its dates have room for every case a test opens)."""
     from cases.services import case_transition
     from reconciliation.apply import apply_case
     from tests.support.fixtures import days_ahead
 
+    live_orders.seed(slots=[{"date": str(days_ahead(d)), "capacity": 200} for d in range(1, 29)])
     numbers = itertools.count(1)
 
     def order() -> dict:
@@ -270,10 +272,10 @@ def case_in_state(live_orders, make_case, reviewable_case, approved_case, held_c
         "needs_attention": needs_attention,
         "held": lambda: held_case(**order()),
         "done": done,
+        "ready": lambda: approved_case(**order()),
     }
 
     def make(state: str):
-        live_orders.seed(slots=[{"date": str(days_ahead(d)), "capacity": 50} for d in range(1, 15)])
         case = builders[state]()
         case.refresh_from_db()
         assert case.status == state, (state, case.status)

@@ -23,7 +23,6 @@ from django.utils import timezone
 
 from cases.models import Case
 from cases.next_action import status_label
-from cases.services import case_transition
 from reconciliation.models import Autonomy
 from reconciliation.selectors import current_autonomy, current_profile
 from tests.browser.conftest import (
@@ -233,57 +232,10 @@ def heading_version(page) -> int:
 
 
 @pytest.fixture
-def states(live_orders, make_case, reviewable_case, approved_case, held_case, staff):
-    """``build(state)``: a fresh case in that state, each on its own order."""
-    from reconciliation.apply import apply_case
-
-    live_orders.seed(slots=[{"date": str(days_ahead(d)), "capacity": 200} for d in range(1, 29)])
-    numbers = itertools.count(1)
-
-    def order() -> dict:
-        order_id = f"ORD-W{next(numbers)}"
-        live_orders.seed(
-            orders=[
-                {"order_id": order_id, "account_id": "ACC-100", "delivery_date": str(days_ahead(3))}
-            ]
-        )
-        return {"order_id": order_id}
-
-    def needs_attention():
-        case = make_case(**order())
-        return case_transition(
-            case=case,
-            transition="escalate",
-            expected_version=case.version,
-            reason="The customer asks for a person",
-            actor=staff["lead"],
-        )
-
-    def done():
-        case = approved_case(**order())
-        for _ in range(5):
-            apply_case(case_id=case.pk)
-            case.refresh_from_db()
-            if case.status == "done":
-                return case
-        raise AssertionError(f"{case.reference} did not finish: {case.status}")
-
-    builders = {
-        "waiting_source": lambda: make_case(**order()),
-        "awaiting_review": lambda: reviewable_case(**order())[0],
-        "needs_attention": needs_attention,
-        "held": lambda: held_case(**order()),
-        "done": done,
-        "ready": lambda: approved_case(**order()),
-    }
-
-    def build(state: str) -> Case:
-        case = builders[state]()
-        case.refresh_from_db()
-        assert case.status == state, (state, case.status)
-        return case
-
-    return build
+def states(case_in_state):
+    """``build(state)``: a fresh case in that state, each on its own order (the suite's
+    ``case_in_state``)."""
+    return case_in_state
 
 
 def use_autonomy(autonomy: str) -> None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -72,3 +73,29 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+# The Redis database the worker-process tests put django-q2 on (emptied before and after).
+REDIS_TEST_DB = os.environ.get("HOLDFAST_TEST_REDIS_DB", "13")
+
+
+@pytest.fixture
+def broker_env(broker: str) -> Iterator[dict[str, str]]:
+    """The environment that puts a worker process on ``broker`` (a test's parameter): "orm",
+    the test database's own queue (emptied with it); "redis", database ``REDIS_TEST_DB``,
+    emptied before and after; skipped when no Redis answers."""
+    if broker == "orm":
+        yield {}
+        return
+    redis = pytest.importorskip("redis")
+    url = f"redis://127.0.0.1:6379/{REDIS_TEST_DB}"
+    client = redis.Redis.from_url(url)
+    try:
+        client.ping()
+    except redis.RedisError:
+        pytest.skip("no Redis server on 127.0.0.1:6379")
+    client.flushdb()
+    try:
+        yield {"REDIS_URL": url}
+    finally:
+        client.flushdb()

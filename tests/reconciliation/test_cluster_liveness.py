@@ -31,7 +31,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
 ]
 
-REDIS_TEST_DB = os.environ.get("HOLDFAST_TEST_REDIS_DB", "13")
 BOUND = 30.0  # seconds from opening the case to its proposal in review
 STALE_AFTER = 10.0  # Q_LIVENESS_SECONDS: more than Q_TIMEOUT (8 s here)
 
@@ -115,53 +114,37 @@ def _status(case: Case) -> str:
 
 @pytest.mark.parametrize("broker", ["orm", "redis"])
 def test_a_cluster_wedged_by_killing_an_idle_worker_is_replaced_and_new_work_reaches_review(
-    broker, make_case, live_orders, autonomous, tmp_path
+    broker, broker_env, make_case, live_orders, autonomous, tmp_path
 ):
-    broker_env: dict[str, str] = {}
-    client = None
-    if broker == "redis":
-        redis = pytest.importorskip("redis")
-        url = f"redis://127.0.0.1:6379/{REDIS_TEST_DB}"
-        try:
-            client = redis.Redis.from_url(url)
-            client.ping()
-        except redis.RedisError:
-            pytest.skip("no Redis server on 127.0.0.1:6379")
-        client.flushdb()
-        broker_env["REDIS_URL"] = url
-    try:
-        with Supervised(_env(live_orders, tmp_path, **broker_env)) as cluster:
-            first = cluster.current
-            reader = wait_for(
-                lambda: _queue_reader(first.output()),
-                timeout=30,
-                interval=0.2,
-                what=f"an idle worker reading the task queue\n{first.output()}",
-            )
-            os.kill(reader, signal.SIGKILL)
-            case = make_case()
-            Case.objects.filter(pk=case.pk).update(next_check_at=timezone.now())
-            opened = time.monotonic()
+    with Supervised(_env(live_orders, tmp_path, **broker_env)) as cluster:
+        first = cluster.current
+        reader = wait_for(
+            lambda: _queue_reader(first.output()),
+            timeout=30,
+            interval=0.2,
+            what=f"an idle worker reading the task queue\n{first.output()}",
+        )
+        os.kill(reader, signal.SIGKILL)
+        case = make_case()
+        Case.objects.filter(pk=case.pk).update(next_check_at=timezone.now())
+        opened = time.monotonic()
 
-            def reviewed() -> bool:
-                cluster.poll()
-                return _status(case) == Status.AWAITING_REVIEW
+        def reviewed() -> bool:
+            cluster.poll()
+            return _status(case) == Status.AWAITING_REVIEW
 
-            wait_for(
-                reviewed,
-                timeout=BOUND + 15,
-                interval=0.2,
-                what=f"the new case to reach review\n{cluster.output()}",
-            )
-            took = time.monotonic() - opened
-            print(
-                f"\n{broker}: idle queue reader killed; cluster exits {cluster.exits}; "
-                f"new case in review {took:.1f} s after it was opened (bound {BOUND:g} s)"
-            )
-            # The kill wedged the cluster: the watchdog ended it and a new one did the work.
-            assert cluster.exits == [WEDGED_EXIT], cluster.output()
-            assert "Cluster wedged" in first.output(), first.output()
-            assert took <= BOUND, cluster.output()
-    finally:
-        if client is not None:
-            client.flushdb()
+        wait_for(
+            reviewed,
+            timeout=BOUND + 15,
+            interval=0.2,
+            what=f"the new case to reach review\n{cluster.output()}",
+        )
+        took = time.monotonic() - opened
+        print(
+            f"\n{broker}: idle queue reader killed; cluster exits {cluster.exits}; "
+            f"new case in review {took:.1f} s after it was opened (bound {BOUND:g} s)"
+        )
+        # The kill wedged the cluster: the watchdog ended it and a new one did the work.
+        assert cluster.exits == [WEDGED_EXIT], cluster.output()
+        assert "Cluster wedged" in first.output(), first.output()
+        assert took <= BOUND, cluster.output()

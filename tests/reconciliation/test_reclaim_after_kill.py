@@ -32,25 +32,12 @@ pytestmark = [
 ORDER = "ORD-7731"
 LEASE = 6.0  # the apply lease
 SWEEP = 2.0  # SWEEP_INTERVAL_SECONDS
-REDIS_TEST_DB = os.environ.get("HOLDFAST_TEST_REDIS_DB", "13")
 
 
 @pytest.mark.parametrize("broker", ["orm", "redis"])
 def test_a_worker_killed_mid_apply_has_its_case_taken_up_within_lease_plus_two_sweeps(
-    broker, approved_case, live_orders, tmp_path
+    broker, broker_env, approved_case, live_orders, tmp_path
 ):
-    broker_env: dict[str, str] = {}
-    client = None
-    if broker == "redis":
-        redis = pytest.importorskip("redis")
-        url = f"redis://127.0.0.1:6379/{REDIS_TEST_DB}"
-        try:
-            client = redis.Redis.from_url(url)
-            client.ping()
-        except redis.RedisError:
-            pytest.skip("no Redis server on 127.0.0.1:6379")
-        client.flushdb()
-        broker_env["REDIS_URL"] = url
     env = {
         "ORDER_SYSTEM_URL": live_orders.base_url,
         "APPROVAL_GRANT_KEY": DEFAULT_GRANT_KEY,
@@ -63,43 +50,39 @@ def test_a_worker_killed_mid_apply_has_its_case_taken_up_within_lease_plus_two_s
     }
     case = approved_case()
     live_orders.set_fault("latency", seconds=15, path_prefix=f"/orders/{ORDER}/operations")
-    try:
-        with Proc("run_cluster", env=env) as cluster:
-            Case.objects.filter(pk=case.pk).update(next_check_at=timezone.now())
-            attempt = wait_for(
-                lambda: Attempt.objects.filter(case=case, submitted_at__isnull=False).first(),
-                timeout=30,
-                interval=0.05,
-                what=f"a cluster worker to claim and send\n{cluster.output()}",
-            )
-            pid = int(attempt.worker.rsplit(":", 1)[1])
-            os.kill(pid, signal.SIGKILL)
-            killed_at = timezone.now()
-            killed = time.monotonic()
+    with Proc("run_cluster", env=env) as cluster:
+        Case.objects.filter(pk=case.pk).update(next_check_at=timezone.now())
+        attempt = wait_for(
+            lambda: Attempt.objects.filter(case=case, submitted_at__isnull=False).first(),
+            timeout=30,
+            interval=0.05,
+            what=f"a cluster worker to claim and send\n{cluster.output()}",
+        )
+        pid = int(attempt.worker.rsplit(":", 1)[1])
+        os.kill(pid, signal.SIGKILL)
+        killed_at = timezone.now()
+        killed = time.monotonic()
 
-            def taken_up() -> CaseEvent | None:
-                return (
-                    CaseEvent.objects.filter(case=case, created_at__gt=killed_at)
-                    .exclude(actor_label__startswith="watchdog")
-                    .order_by("pk")
-                    .first()
-                )
-
-            event = wait_for(
-                taken_up,
-                timeout=LEASE + 60,
-                interval=0.05,
-                what=f"another worker to take the case up\n{cluster.output()}",
-            )
-            took = time.monotonic() - killed
-            held = (
-                CaseEvent.objects.filter(case=case, to_status=Status.HELD)
-                .values_list("created_at", flat=True)
+        def taken_up() -> CaseEvent | None:
+            return (
+                CaseEvent.objects.filter(case=case, created_at__gt=killed_at)
+                .exclude(actor_label__startswith="watchdog")
+                .order_by("pk")
                 .first()
             )
-    finally:
-        if client is not None:
-            client.flushdb()
+
+        event = wait_for(
+            taken_up,
+            timeout=LEASE + 60,
+            interval=0.05,
+            what=f"another worker to take the case up\n{cluster.output()}",
+        )
+        took = time.monotonic() - killed
+        held = (
+            CaseEvent.objects.filter(case=case, to_status=Status.HELD)
+            .values_list("created_at", flat=True)
+            .first()
+        )
     attempt.refresh_from_db()
     assert attempt.state == Attempt.State.LEASE_EXPIRED
     assert held is not None

@@ -27,7 +27,6 @@ pytestmark = [
 ORDER = "ORD-7731"
 LEASE = 3.0  # the apply (and shortest) lease: the sweep runs every LEASE / 2 s
 GRACE = 2.0  # a sweep pass plus process scheduling
-REDIS_TEST_DB = os.environ.get("HOLDFAST_TEST_REDIS_DB", "13")
 
 
 def _env(live_orders, tmp_path, **extra: str) -> dict[str, str]:
@@ -108,29 +107,12 @@ def test_run_worker_survives_a_dropped_database_connection_and_finishes_a_case(
         assert worker.process.poll() is None, worker.output()
 
 
-class _NoBroker:
-    def flushdb(self) -> None:
-        """The ORM broker keeps its queue in the test database, emptied with it."""
-
-
 @pytest.mark.parametrize("broker", ["redis", "orm"])
 def test_a_cluster_worker_killed_during_prepare_is_re_driven_from_the_database(
-    broker, make_case, live_orders, autonomous, tmp_path
+    broker, broker_env, make_case, live_orders, autonomous, tmp_path
 ):
     """On either broker: the ORM broker would redeliver only after its retry window (~2 min),
     Redis never; the case's due time brings it back within a lease."""
-    broker_env: dict[str, str] = {}
-    client = _NoBroker()
-    if broker == "redis":
-        redis = pytest.importorskip("redis")
-        url = f"redis://127.0.0.1:6379/{REDIS_TEST_DB}"
-        try:
-            client = redis.Redis.from_url(url)
-            client.ping()
-        except redis.RedisError:
-            pytest.skip("no Redis server on 127.0.0.1:6379")
-        broker_env["REDIS_URL"] = url
-    client.flushdb()
     env = _env(
         live_orders,
         tmp_path,
@@ -139,27 +121,22 @@ def test_a_cluster_worker_killed_during_prepare_is_re_driven_from_the_database(
         PREPARE_LEASE_SECONDS="3",
         PREPARE_HEARTBEAT_SECONDS="1",
     )
-    try:
-        with Proc("qcluster", env=env) as cluster:
-            case = make_case()
-            Case.objects.filter(pk=case.pk).update(next_check_at=timezone.now())
-            found = wait_for(
-                lambda: re.search(
-                    rf"prepare_proposal\({case.pk}\) in process (\d+)", cluster.output()
-                ),
-                timeout=15,
-                what=f"the cluster to start preparing\n{cluster.output()}",
-            )
-            os.kill(int(found.group(1)), signal.SIGKILL)
-            killed = time.monotonic()
-            wait_for(
-                lambda: _status(case) == Status.AWAITING_REVIEW,
-                timeout=20,
-                interval=0.1,
-                what=f"the re-driven preparation\n{cluster.output()}",
-            )
-            print(f"\nreview {time.monotonic() - killed:.1f} s after the worker was killed")
-            pids = re.findall(rf"prepare_proposal\({case.pk}\) in process (\d+)", cluster.output())
-            assert len(set(pids)) >= 2, cluster.output()  # another worker prepared it
-    finally:
-        client.flushdb()
+    with Proc("qcluster", env=env) as cluster:
+        case = make_case()
+        Case.objects.filter(pk=case.pk).update(next_check_at=timezone.now())
+        found = wait_for(
+            lambda: re.search(rf"prepare_proposal\({case.pk}\) in process (\d+)", cluster.output()),
+            timeout=15,
+            what=f"the cluster to start preparing\n{cluster.output()}",
+        )
+        os.kill(int(found.group(1)), signal.SIGKILL)
+        killed = time.monotonic()
+        wait_for(
+            lambda: _status(case) == Status.AWAITING_REVIEW,
+            timeout=20,
+            interval=0.1,
+            what=f"the re-driven preparation\n{cluster.output()}",
+        )
+        print(f"\nreview {time.monotonic() - killed:.1f} s after the worker was killed")
+        pids = re.findall(rf"prepare_proposal\({case.pk}\) in process (\d+)", cluster.output())
+        assert len(set(pids)) >= 2, cluster.output()  # another worker prepared it
