@@ -14,6 +14,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# `make bench` also installs the bench extra (DBOS Transact, goal 2's anchor; locust, goal 7's
+# load): without it those goals print "not measured".
+BENCH_STAMP := $(VENV)/.installed-bench
+$(BENCH_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet ".[test,docs,bench]"
+	touch $(BENCH_STAMP)
+
 # The browser suite drives Debian's Chromium (Playwright cannot download a browser here).
 # Without it, and without the rights to install it, that suite skips with the reason.
 CHROMIUM := /usr/bin/chromium
@@ -34,7 +41,7 @@ drill: install
 
 # Measurements on PostgreSQL, in a bench_* database it writes to (manage.py bench_hot_paths,
 # lab/bench/). DEBUG off: Django's query log would slow the measured paths.
-bench: install
+bench: $(BENCH_STAMP)
 	DEBUG=0 DATABASE_URL=$${BENCH_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/bench_holdfast} \
 		sh -c '$(PY) -m lab.bench.database "$$DATABASE_URL" && \
 		$(PY) manage.py migrate --no-input -v 0 && $(PY) manage.py bench_hot_paths $(BENCH_ARGS)'

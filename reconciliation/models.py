@@ -260,11 +260,21 @@ class InboundEvent(models.Model):
         indexes = [
             models.Index(fields=["processing", "next_attempt_at"], name="recon_inbound_due"),
             # The inbound events page: its order (newest first), and its search field by
-            # field (``cases.admin.search``) through each field's trigram index.
-            models.Index(fields=["received_at", "id"], name="recon_inbound_received"),
+            # field (``cases.admin.search``) through each field's trigram index. Both page
+            # indexes carry the order and the account, which ``inbound_events_for`` checks for
+            # every event a page counts: read from the index alone (no look in the table),
+            # counting the failed events a lead may see at 1M cases took 11.7 ms, against
+            # 25.2 ms through a scan of the table (0015; SQLite ignores the included columns).
+            models.Index(
+                fields=["received_at", "id"],
+                include=["order_id", "account_id"],
+                name="recon_inbound_received",
+            ),
             # The page filtered by processing (failed, pending), newest first (0011).
             models.Index(
-                fields=["processing", "received_at", "id"], name="recon_inbound_processing"
+                fields=["processing", "received_at", "id"],
+                include=["order_id", "account_id"],
+                name="recon_inbound_processing",
             ),
             GinIndex(
                 OpClass(Upper("event_id"), name="gin_trgm_ops"), name="recon_inbound_event_trgm"
