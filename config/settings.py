@@ -123,7 +123,9 @@ DB_POOL_MIN_SIZE = env_int("DB_POOL_MIN_SIZE", min(1, DB_POOL_MAX_SIZE), minimum
 DB_POOL_TIMEOUT = env_float("DB_POOL_TIMEOUT", 5.0, minimum=0.1)
 if DB_POOL_MAX_SIZE and DB_POOL_MIN_SIZE > DB_POOL_MAX_SIZE:
     raise ImproperlyConfigured("DB_POOL_MIN_SIZE must not exceed DB_POOL_MAX_SIZE.")
-if DB_POOL_MAX_SIZE and sys.argv[1:2] in (["qcluster"], ["run_cluster"], ["run_worker"]):
+# A worker process (a cluster, or one worker): the database settings below differ for it.
+WORKER_PROCESS = sys.argv[1:2] in (["qcluster"], ["run_cluster"], ["run_worker"])
+if DB_POOL_MAX_SIZE and WORKER_PROCESS:
     raise ImproperlyConfigured("DB_POOL_MAX_SIZE is for web processes, not worker processes.")
 DATABASES = {
     "default": parse_database_url(
@@ -153,6 +155,21 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # DB_SERVER_SIDE_BINDING=0 binds on the client again.
     if env_bool("DB_SERVER_SIDE_BINDING", True):
         DATABASES["default"]["OPTIONS"]["server_side_binding"] = True
+    # How PostgreSQL plans a prepared statement. A worker repeats the same few statements, whose
+    # one plan fits every value: it keeps PostgreSQL's choice (``auto``: a generic plan, made
+    # once, after five runs). A page's statements are planned for their values each time: a
+    # generic plan ignores them, and the approver queue's count, given the generic plan on a
+    # served connection's eleventh request, went from 2 ms to 232 ms at 1M cases (the status
+    # asked for is rare, the plan does not know it); every page of it, and under twenty users
+    # every page behind it, waited (``make bench --load``).
+    _plan_cache = env_str(
+        "DB_PLAN_CACHE_MODE", "auto" if WORKER_PROCESS else "force_custom_plan"
+    ).strip()
+    if _plan_cache not in ("auto", "force_custom_plan", "force_generic_plan"):
+        raise ImproperlyConfigured(
+            "DB_PLAN_CACHE_MODE must be auto, force_custom_plan or force_generic_plan."
+        )
+    DATABASES["default"]["OPTIONS"]["options"] = f"-c plan_cache_mode={_plan_cache}"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # The inbound events page's indexes carry included columns (PostgreSQL's covering index, so the
 # page's visibility check reads no table row); SQLite builds the same indexes without them, as

@@ -22,7 +22,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from lab.bench.context import Run
-from lab.bench.postgres import settled_xact_commit, xact_commit
+from lab.bench.postgres import planned_as_a_worker, settled_xact_commit, xact_commit
 from lab.bench.seeding import neutralise, quiet, ready_cases
 from lab.bench.series import Skip
 
@@ -46,6 +46,11 @@ def statements(captured: list[dict[str, Any]], out: Any, label: str) -> int:
 
 
 def claims_by_id(run: Run, count: int) -> float:
+    with planned_as_a_worker():
+        return _claims_by_id(run, count)
+
+
+def _claims_by_id(run: Run, count: int) -> float:
     from cases.kernel import Worker
     from reconciliation.claims import case_claim
 
@@ -81,6 +86,11 @@ def next_due_claimer() -> Callable[..., Any] | None:
 
 def claims_next_due(run: Run, count: int) -> float:
     """``claim_next_due`` on ``count`` due ready cases (and nothing else due)."""
+    with planned_as_a_worker():
+        return _claims_next_due(run, count)
+
+
+def _claims_next_due(run: Run, count: int) -> float:
     from cases.kernel import Worker
 
     claim_next_due = next_due_claimer()

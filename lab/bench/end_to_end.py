@@ -150,22 +150,24 @@ def _approved_case(run: Run, order_id: str, version: int, when: _Approved, kind:
     from cases.fencing import counter_next
     from cases.kinds import change_hash
     from cases.models import Case
-    from cases.references import case_number_next
+    from cases.references import case_number_next, operation_key_part
 
     fx = fixture(run)
     requested, expires = when.requested, when.expires
-    case_number, _ = case_number_next(fx["account"].team)  # the team's numbers intake uses
-    tag = f"E{case_number}"  # unique; short enough for AP-{tag} (20)
+    team = fx["account"].team
+    # The team's number and reference, as intake makes them (a team's prefix is its own).
+    case_number, reference = case_number_next(team)
+    tag = f"{team.case_prefix}{case_number}"  # unique; short enough for AP-{tag} (20)
     case = ready_case_seed(
         tag=tag,
-        reference=f"BE-{case_number}",
+        reference=reference,
         number=case_number,
         account=fx["account"],
         owner=fx["owner"],
         approver=fx["approver"],
         now=when.now,
     )
-    key = f"{kinds.get(kind).key_prefix}-{case_number}-1"  # the product's operation keys
+    key = f"{kinds.get(kind).key_prefix}-{operation_key_part(case)}-1"  # the product's keys
     approval_reference = f"AP-{counter_next('approval_number')}"
     change = kinds.canonical(kind_change(kind, requested, case_number))
     Case.objects.filter(pk=case.pk).update(

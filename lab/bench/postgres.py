@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -20,6 +22,21 @@ from django.db import connection
 # An idle backend flushes its statistics at most this long after its last transaction
 # (PostgreSQL 15's PGSTAT_IDLE_INTERVAL, 10 s, plus a margin).
 STATS_IDLE_FLUSH = 10.5
+
+
+@contextmanager
+def planned_as_a_worker() -> Iterator[None]:
+    """This process's connection plans its prepared statements as a worker's does (``auto``,
+    or ``DB_PLAN_CACHE_MODE``: ``config.settings``) while the bench measures a worker's path
+    in this process (the claims); a process that is no worker plans every run afresh."""
+    mode = os.environ.get("DB_PLAN_CACHE_MODE", "auto").strip()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('plan_cache_mode', %s, false)", [mode])
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET plan_cache_mode")
 
 
 def database_name() -> str:
