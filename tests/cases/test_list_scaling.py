@@ -359,3 +359,24 @@ def test_a_page_is_planned_for_its_values_on_every_request(db, as_bench_lead):
     assert options("runserver") == "-c plan_cache_mode=force_custom_plan"
     for worker in ("qcluster", "run_cluster", "run_worker"):
         assert options(worker) == "-c plan_cache_mode=auto", worker
+
+
+@pytest.mark.parametrize("text", ["D-41", 'A <b>"case"</b> & more'])
+def test_each_rows_checkbox_is_djangos_own_html(text):
+    """The list pages write each row's action checkbox out (``cases.paging``): the HTML is
+    Django's widget's, escaping included, for a row of any text."""
+    from django.contrib import admin
+
+    from cases.models import Case
+    from cases.paging import BoundedCountAdminMixin
+
+    class Row:
+        pk = 7
+
+        def __str__(self) -> str:
+            return text
+
+    site = admin.AdminSite(name="checkbox-test")
+    ours = type("Ours", (BoundedCountAdminMixin, admin.ModelAdmin), {})(Case, site)
+    theirs = admin.ModelAdmin(Case, site)
+    assert ours.action_checkbox(Row()) == theirs.action_checkbox(Row())
