@@ -11,7 +11,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 
-from cases import kinds, search, selectors, services
+from cases import held, kinds, search, selectors, services
 from cases.api_errors import error_responses
 from cases.exceptions import CaseNotFound, InvalidCaseInput
 from cases.models import CaseEvent, Status, WaitingOn
@@ -89,7 +89,7 @@ class CaseViewSet(
         if (value := params.get("waiting_on")) is not None:
             if value not in WaitingOn.values:
                 errors["waiting_on"] = [f"Unknown value {value!r}."]
-            queryset = queryset.filter(waiting_on=value)
+            queryset = queryset.filter(held.waiting_on_is(value))
         for name in ("owner", "responsible"):
             value = params.get(name)
             if value is not None and not _USERNAME.match(value):

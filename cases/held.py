@@ -8,8 +8,11 @@ person's (the responsible person's) when the workers will not look again (their 
 ``next_check_at`` is cleared) or may not settle it (the kind is not autonomous).
 
 Every reader asks here: the case page (``cases.next_action``), the follow-up clock
-(``cases.followups``), the held notification (``cases.notify``) and "Mine to answer now" with
-its home tile (``cases.inbox.cases_to_answer``). This module reads only.
+(``cases.followups``), the held notification (``cases.notify``), "Mine to answer now" with
+its home tile (``cases.inbox.cases_to_answer``), and what the case list and the API say a case
+waits on, with their filter by it (:func:`waiting_on`, :func:`waiting_on_is`: a held case the
+workers settle waits on a background worker, whatever the stored ``waiting_on`` says, which is
+the person it becomes when the workers stop). This module reads only.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 from django.db.models import Q
 
 from cases.extensions import self_settling_kinds, workers_may_settle
-from cases.models import Case, Status
+from cases.models import Case, Status, WaitingOn
 
 
 def workers_settle(case: Case) -> bool:
@@ -38,3 +41,16 @@ def workers_settling() -> Q:
     """The held cases the workers are still settling (``workers_settle`` as a filter; one
     query for the kinds the workers may settle)."""
     return Q(status=Status.HELD, next_check_at__isnull=False, kind__in=self_settling_kinds())
+
+
+def waiting_on(case: Case) -> str:
+    """Whom ``case`` waits on: a background worker while the workers settle it (held), else
+    its stored ``waiting_on``."""
+    return WaitingOn.WORKER.value if workers_settle(case) else case.waiting_on
+
+
+def waiting_on_is(value: str) -> Q:
+    """The cases :func:`waiting_on` names ``value`` for, as a filter."""
+    if value == WaitingOn.WORKER:
+        return Q(waiting_on=value) | workers_settling()
+    return Q(waiting_on=value) & ~workers_settling()

@@ -15,8 +15,8 @@ from drf_spectacular.utils import (
 )
 from rest_framework import serializers
 
-from cases import kinds, validation
-from cases.models import Attempt, Case, CaseEvent, EvidenceReference
+from cases import held, kinds, validation
+from cases.models import Attempt, Case, CaseEvent, EvidenceReference, WaitingOn
 from cases.next_action import describe_next_action
 from cases.services import MANUAL_TRANSITIONS
 
@@ -280,6 +280,17 @@ class CancellationSerializer(serializers.Serializer):
     settled_at = serializers.DateTimeField(allow_null=True)
 
 
+class WaitingOnField(serializers.ChoiceField):
+    """Whom the case waits on, as ``cases.held`` says: a held case the workers are still
+    settling waits on a background worker (``worker``), not yet on the person it becomes."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(choices=WaitingOn.choices, source="*", read_only=True, **kwargs)
+
+    def to_representation(self, value: Any) -> str:
+        return held.waiting_on(value)
+
+
 class CaseListSerializer(serializers.ModelSerializer):
     account = serializers.CharField(source="account.reference")
     change = serializers.DictField(help_text="The change asked for, in its kind's shape.")
@@ -290,6 +301,7 @@ class CaseListSerializer(serializers.ModelSerializer):
     owner = serializers.SerializerMethodField()
     backup = serializers.SerializerMethodField()
     responsible_now = serializers.SerializerMethodField()
+    waiting_on = WaitingOnField()
     overdue = serializers.BooleanField(source="is_overdue")
     follow_up_state = serializers.SerializerMethodField()
 

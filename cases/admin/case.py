@@ -21,7 +21,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from cases import fulltext, kinds, search, selectors, services
+from cases import fulltext, held, kinds, search, selectors, services
 from cases.admin import intake, saved_views, views
 from cases.admin.extend import EXTENSIONS
 from cases.admin.filters import (
@@ -33,12 +33,13 @@ from cases.admin.filters import (
     PrintableChoicesFilter,
     ResponsibleNowFilter,
     TeamFilter,
+    WaitingOnFilter,
 )
 from cases.admin.forms import CaseChangeForm
 from cases.admin.inlines import AttemptInline, CancellationInline, CaseEventInline, EvidenceInline
 from cases.admin.search import IndexedSearchMixin
 from cases.exceptions import CaseError
-from cases.models import Case, CaseEvent, FollowUpState, overdue_cutoff
+from cases.models import Case, CaseEvent, FollowUpState, WaitingOn, overdue_cutoff
 from cases.paging import BoundedCountAdminMixin
 
 # The kernel's inlines and their positions on the case page; apps add theirs (``extend``).
@@ -62,14 +63,14 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         "change_display",
         "owner",
         "responsible_now_display",
-        "waiting_on",
+        "waiting_on_display",
         "follow_up_display",
         "next_check_display",
         "team",
     ]
     list_filter = [
         ("status", PrintableChoicesFilter),
-        ("waiting_on", PrintableChoicesFilter),
+        ("waiting_on", WaitingOnFilter),
         OwnerFilter,
         ResponsibleNowFilter,
         MineToAnswerFilter,
@@ -93,7 +94,7 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         "change_display",
         "note",
         "team",
-        "waiting_on",
+        "waiting_on_display",
         "waiting_reason",
         "last_checked_order_version",
         "last_error",
@@ -141,7 +142,7 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
                     "fields": [
                         "status",
                         "version",
-                        "waiting_on",
+                        "waiting_on_display",
                         "waiting_reason",
                         "last_checked_order_version",
                         "last_error",
@@ -291,6 +292,12 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         if person != case.owner:
             return format_html("{} <small>(backup; owner away)</small>", person)
         return person
+
+    @admin.display(description="waiting on", ordering="waiting_on")
+    def waiting_on_display(self, case: Case) -> str:
+        """Whom the case waits on (``cases.held``: a held case the workers settle waits on a
+        background worker)."""
+        return WaitingOn(held.waiting_on(case)).label
 
     @admin.display(description="follow-up", ordering="follow_up_at")
     def follow_up_display(self, case: Case) -> str:

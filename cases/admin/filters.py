@@ -8,8 +8,9 @@ from typing import Any
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.auth import get_user_model
+from django.db.models import Q
 
-from cases import selectors
+from cases import held, selectors
 from cases.codes import Action
 from cases.validation import first_unprintable, parse_id
 
@@ -47,6 +48,21 @@ class PrintableChoicesFilter(_PrintableFieldFilterMixin, admin.ChoicesFieldListF
 
 class PrintableValuesFilter(_PrintableFieldFilterMixin, admin.AllValuesFieldListFilter):
     pass
+
+
+class WaitingOnFilter(PrintableChoicesFilter):
+    """The waiting-on filter (``?waiting_on__exact=``), as ``cases.held`` says: a held case the
+    workers are still settling is listed under a background worker, not under the person its
+    stored value names for when they stop."""
+
+    def queryset(self, request: Any, queryset: Any) -> Any:
+        values = self.used_parameters.get(self.lookup_kwarg)
+        if not values:
+            return super().queryset(request, queryset)
+        chosen = Q()
+        for value in values if isinstance(values, list) else [values]:
+            chosen |= held.waiting_on_is(value)
+        return queryset.filter(chosen)
 
 
 class ActionFilter(PrintableValuesFilter):

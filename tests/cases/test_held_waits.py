@@ -96,3 +96,58 @@ def test_a_held_case_of_a_kind_the_workers_may_no_longer_settle_is_the_persons(
     assert _held_told(case) == [lead.username]
     assert case_reconcile(case_id=case.pk) == "manual settlement needed"
     assert _held_told(reload(case)) == [lead.username]
+
+
+def test_the_case_list_and_the_api_say_whom_a_held_case_waits_on_by_the_same_rule(
+    approved_case, live_orders, settings, lead, api, client
+):
+    """What the API's ``waiting_on`` and the case list's column and filter say of a held case
+    is ``cases.held``'s answer: a background worker while the workers settle it, the person
+    once their checks ran out. (The stored value said the person all along: the API listed a
+    case the workers were settling under ``waiting_on=owner``, and the list under "The
+    responsible person", while the page said nobody yet.)"""
+    settings.RECONCILE_ATTEMPT_LIMIT = 1
+    case = _held(approved_case, live_orders)
+    assert workers_settle(case)
+    client.force_login(lead)
+    changelist = "/admin/cases/case/"
+
+    def api_says() -> tuple[str, set[str], set[str]]:
+        one = api(lead).get(f"/api/cases/{case.reference}/").json()["waiting_on"]
+        listed = {
+            value: {
+                c["reference"]
+                for c in api(lead).get(f"/api/cases/?waiting_on={value}").json()["results"]
+            }
+            for value in ("worker", "owner")
+        }
+        return one, listed["worker"], listed["owner"]
+
+    def list_says() -> tuple[set[str], set[str], bytes]:
+        rows = {}
+        for value in ("worker", "owner"):
+            page = client.get(changelist, {"waiting_on__exact": value})
+            assert page.status_code == 200
+            rows[value] = {c.reference for c in page.context["cl"].result_list}
+        return rows["worker"], rows["owner"], client.get(changelist).content
+
+    one, workers, owners = api_says()
+    assert one == "worker"
+    assert case.reference in workers
+    assert case.reference not in owners
+    workers, owners, page = list_says()
+    assert case.reference in workers
+    assert case.reference not in owners
+    assert b"A background worker" in page
+
+    # The checks run out: the responsible person's, by every reader.
+    live_orders.set_fault("unavailable", path_prefix=f"/orders/{case.order_id}/fence", times=1)
+    assert case_reconcile(case_id=case.pk) == "still held: a person settles it"
+    assert held_waits_on_person(reload(case))
+    one, workers, owners = api_says()
+    assert one == "owner"
+    assert case.reference in owners
+    assert case.reference not in workers
+    workers, owners, _page = list_says()
+    assert case.reference in owners
+    assert case.reference not in workers
