@@ -40,7 +40,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext, override_settings
 from django.utils import timezone
 
-SEED_VERSION = 6
+SEED_VERSION = 7
 GOAL_RATIO = 1.3
 GOAL_P95_MS = 500.0  # at the largest size
 PAGE_TIMEOUT_S = 30
@@ -290,6 +290,13 @@ def seed_sql(size: int, *, prefix: str, history: int = HISTORY_CASES) -> list[st
         """,
         f"""
         INSERT INTO cases_counterrow (name, value) VALUES ('case_number', {size})
+        ON CONFLICT (name) DO UPDATE SET value = excluded.value
+        """,
+        # The approvals' references (AP-<id>) taken: the next approval's number comes after
+        # them (the load's approvers approve through the product's counter).
+        """
+        INSERT INTO cases_counterrow (name, value)
+        SELECT 'approval_number', coalesce(max(id), 0) FROM approvals_approval
         ON CONFLICT (name) DO UPDATE SET value = excluded.value
         """,
         *(

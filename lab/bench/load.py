@@ -10,8 +10,10 @@ database (the order system's live probe and account are there; both databases sh
 server and the machine's cores, which is what the load competes for); every order is checked
 changed exactly once. The apply rate during the load goes beside the one of the rounds.
 
-Not scripted (yet): an agent opening cases through the intake and an approver's decision POST;
-the users read the list, queue and search pages, admin and API.
+The users read the list, queue and search pages (admin and API), the agents open cases through
+the API's intake and the approvers approve proposals of the queue (``lab.bench.locustfile``),
+with the bench lead's API token. Those writes change the seeded database: the next run finds
+more cases than its seed and seeds it again (``lists.prepare_database``).
 """
 
 from __future__ import annotations
@@ -95,6 +97,20 @@ def _session(database: str) -> str:
         return str(store.session_key)
 
 
+def _writer(database: str) -> tuple[str, str]:
+    """The bench lead's API token in ``database`` and the account of its team the agents'
+    intakes are for."""
+    from rest_framework.authtoken.models import Token
+
+    from cases.models import CustomerAccount
+
+    with lists._database(database):
+        user = get_user_model().objects.get(username=lists.BENCH_USERNAME)
+        token, _ = Token.objects.get_or_create(user=user)
+        account = CustomerAccount.objects.filter(team_id=lists.BENCH_TEAM_ID).order_by("pk")
+        return token.key, account.values_list("reference", flat=True)[0]
+
+
 def _gunicorn(log_dir: Path, database: str) -> subprocess.Popen[bytes]:
     binary = Path(sys.executable).with_name("gunicorn")
     env = child_env(DEBUG="0", API_THROTTLE_USER="off", API_THROTTLE_ANON="off")
@@ -131,13 +147,17 @@ def _gunicorn(log_dir: Path, database: str) -> subprocess.Popen[bytes]:
     raise Skip("gunicorn did not answer /healthz in 60 s")
 
 
-def _locust(log_dir: Path, session: str, out: Path) -> subprocess.Popen[bytes]:
+def _locust(
+    log_dir: Path, session: str, writer: tuple[str, str], out: Path
+) -> subprocess.Popen[bytes]:
     binary = shutil.which("locust", path=str(Path(sys.executable).parent))
     if binary is None:
         raise Skip("locust not installed (pip install '.[bench]')")
     env = {
         **os.environ,
         "HF_LOAD_SESSION": session,
+        "HF_LOAD_TOKEN": writer[0],
+        "HF_LOAD_ACCOUNT": writer[1],
         "HF_LOAD_OUT": str(out),
         "HF_LOAD_PAGES": json.dumps(role_pages()),
     }
@@ -192,7 +212,7 @@ def measure(
     server = _gunicorn(run.log_dir, database)
     users = None
     try:
-        users = _locust(run.log_dir, session, out)
+        users = _locust(run.log_dir, session, _writer(database), out)
         time.sleep(5)  # the users up and asking
         rate = _apply_during(run, orders, made)
         users.wait(timeout=SECONDS + 60)
