@@ -61,7 +61,7 @@ class CaseViewSet(
         return CaseDetailSerializer
 
     def get_queryset(self):
-        qs = selectors.cases_for(self.request.user)
+        qs = held.with_waiting_on(selectors.cases_for(self.request.user))
         if self.action == "retrieve":
             qs = qs.prefetch_related(
                 Prefetch("events", queryset=CaseEvent.objects.order_by("id")),

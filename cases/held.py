@@ -17,7 +17,8 @@ the person it becomes when the workers stop). This module reads only.
 
 from __future__ import annotations
 
-from django.db.models import Q
+from django.db.models import Case as Cases
+from django.db.models import CharField, F, Q, QuerySet, Value, When
 
 from cases.extensions import self_settling_kinds, workers_may_settle
 from cases.models import Case, Status, WaitingOn
@@ -43,9 +44,28 @@ def workers_settling() -> Q:
     return Q(status=Status.HELD, next_check_at__isnull=False, kind__in=self_settling_kinds())
 
 
+# The annotation :func:`with_waiting_on` adds.
+WAITING_ON_NOW = "hf_waiting_on_now"
+
+
+def with_waiting_on(queryset: QuerySet[Case]) -> QuerySet[Case]:
+    """``queryset`` with :func:`waiting_on` of each case computed in its own query (one read
+    of the kinds the workers may settle, however many rows): what a list page reads, so that
+    its held rows cost no query each."""
+    now = Cases(
+        When(workers_settling(), then=Value(WaitingOn.WORKER.value)),
+        default=F("waiting_on"),
+        output_field=CharField(),
+    )
+    return queryset.annotate(**{WAITING_ON_NOW: now})
+
+
 def waiting_on(case: Case) -> str:
     """Whom ``case`` waits on: a background worker while the workers settle it (held), else
-    its stored ``waiting_on``."""
+    its stored ``waiting_on`` (as :func:`with_waiting_on` computed it, when it did)."""
+    computed = getattr(case, WAITING_ON_NOW, None)
+    if computed is not None:
+        return str(computed)
     return WaitingOn.WORKER.value if workers_settle(case) else case.waiting_on
 
 

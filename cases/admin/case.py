@@ -158,7 +158,8 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
 
     # --- scoping and permissions ---------------------------------------------------------
     def get_queryset(self, request: HttpRequest) -> QuerySet[Case]:
-        return selectors.cases_for(request.user)
+        # Whom each row waits on now, in the page's own query (``cases.held``).
+        return held.with_waiting_on(selectors.cases_for(request.user))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         """Whoever may open cases (agents, leads) gets "Add", which leads to the intake page:
