@@ -34,7 +34,7 @@ import enum
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from django.conf import settings
@@ -87,6 +87,7 @@ from reconciliation.exceptions import (
     ApprovalRefused,
     Conflict,
     EffectUnknown,
+    InvalidInput,
     OrderSystemError,
     Transient,
     UnknownOperation,
@@ -677,6 +678,12 @@ def ending_for(exc: OrderSystemError) -> Ending:
             return EndedFenced(text)
         case ApprovalRefused(error="approval_expired"):
             return EndedApprovalExpired(text)
+        case InvalidInput(fields=fields) if fields:
+            # Which field the receiver refused and why: what the person must correct.
+            named = "; ".join(
+                f"{name}: {' '.join(messages) or 'refused'}" for name, messages in fields.items()
+            )
+            return EndedNeedsAttention(f"{text} ({named})", refusal=exc.error, fields=dict(fields))
         case _:
             # Definite refusals that need a person: invalid input, a kind's conflict, a grant the
             # receiver does not accept, revoked permission, a reused key, an unknown order, a
@@ -1103,6 +1110,8 @@ class EndedNeedsAttention(Ending):
 
     code: ClassVar[str] = "needs_attention"
     refusal: str = ""
+    # The fields the receiver refused, with its messages (an invalid input's ``fields``).
+    fields: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def error(self) -> str:
@@ -1113,7 +1122,7 @@ class EndedNeedsAttention(Ending):
             case,
             "escalate",
             actor=worker,
-            detail=detail,
+            detail={**detail, "refused_fields": self.fields} if self.fields else detail,
             last_error=self.text,
             reason=f"The order system refused {attempt.operation.key}: "
             f"{self.text.rstrip('.')}. Repeating it would change nothing; a person must correct "

@@ -61,7 +61,7 @@ class WaitingOnFilter(PrintableChoicesFilter):
             return super().queryset(request, queryset)
         chosen = Q()
         for value in values if isinstance(values, list) else [values]:
-            chosen |= held.waiting_on_is(value)
+            chosen |= held.waiting_on_is(str(value))
         return queryset.filter(chosen)
 
 

@@ -452,3 +452,26 @@ def test_the_written_out_claim_reads_each_kinds_autonomy_as_the_orm_does(
         "shipping_address": ("review_only", "review_only"),
         "order_cancellation": (None, None),
     }
+
+
+def test_a_refused_field_is_named_to_the_person_who_must_correct_it(approved_case, live_orders):
+    """The receiver refuses an address in a country it does not ship to (``422
+    invalid_field`` with the field and its message): the case needs a person, and its last
+    error and the escalation's event say which field and why, as the receiver said it (they
+    kept only the code and the detail: the person had to guess the field)."""
+    served = live_orders.client.get("/capabilities").json().get("ship_to_countries") or []
+    country = next(c for c in ("US", "CA", "AU", "JP", "BR") if c not in served)
+    case = approved_case(change=address_change(country=country))
+
+    assert apply_case(case_id=case.pk) == "needs_attention"
+
+    case.refresh_from_db()
+    assert case.status == Status.NEEDS_ATTENTION
+    assert "invalid_field" in case.last_error
+    assert "address.country" in case.last_error, case.last_error
+    assert country in case.last_error
+    escalation = CaseEvent.objects.filter(case=case, to_status=Status.NEEDS_ATTENTION).get()
+    [(name, messages)] = escalation.detail["refused_fields"].items()
+    assert name.endswith("address.country")
+    assert any(country in message for message in messages)
+    assert _applied(live_orders, case.order_id) == []
