@@ -13,12 +13,21 @@ on other databases (SQLite, which ignores the included columns) the plain operat
 
 from __future__ import annotations
 
+from importlib import import_module
+
 from django.contrib.postgres import operations as postgres
 from django.db import migrations, models
 
+# cases 0014's operation: CREATE INDEX CONCURRENTLY on PostgreSQL, a plain CREATE INDEX
+# elsewhere (a migration's code never changes once applied, so borrowing it is safe).
+AddIndexConcurrently = import_module(
+    "cases.migrations.0014_case_ready_due_index"
+).AddIndexConcurrently
+
 
 class RemoveIndexConcurrently(postgres.RemoveIndexConcurrently):
-    """``DROP INDEX CONCURRENTLY`` on PostgreSQL, a plain ``DROP INDEX`` elsewhere."""
+    """``DROP INDEX CONCURRENTLY`` on PostgreSQL, a plain ``DROP INDEX`` elsewhere (the
+    counterpart of cases 0014's ``AddIndexConcurrently``)."""
 
     def database_forwards(self, app_label, schema_editor, from_state, to_state):
         if schema_editor.connection.vendor == "postgresql":
@@ -33,26 +42,6 @@ class RemoveIndexConcurrently(postgres.RemoveIndexConcurrently):
             super().database_backwards(app_label, schema_editor, from_state, to_state)
         else:
             migrations.RemoveIndex.database_backwards(
-                self, app_label, schema_editor, from_state, to_state
-            )
-
-
-class AddIndexConcurrently(postgres.AddIndexConcurrently):
-    """``CREATE INDEX CONCURRENTLY`` on PostgreSQL, a plain ``CREATE INDEX`` elsewhere."""
-
-    def database_forwards(self, app_label, schema_editor, from_state, to_state):
-        if schema_editor.connection.vendor == "postgresql":
-            super().database_forwards(app_label, schema_editor, from_state, to_state)
-        else:
-            migrations.AddIndex.database_forwards(
-                self, app_label, schema_editor, from_state, to_state
-            )
-
-    def database_backwards(self, app_label, schema_editor, from_state, to_state):
-        if schema_editor.connection.vendor == "postgresql":
-            super().database_backwards(app_label, schema_editor, from_state, to_state)
-        else:
-            migrations.AddIndex.database_backwards(
                 self, app_label, schema_editor, from_state, to_state
             )
 
