@@ -58,7 +58,7 @@ def send_lease() -> dt.timedelta:
     return dt.timedelta(seconds=settings.NOTIFICATION_SEND_LEASE_SECONDS)
 
 
-def _refusal(exc: BaseException) -> bool:
+def refusal(exc: BaseException) -> bool:
     """The mail server answered and refused: nothing was accepted, so trying again later is
     safe. Anything else once the message began (a timeout, a dropped connection) may have
     delivered it."""
@@ -191,7 +191,7 @@ def notification_deliver(notification_id: int) -> str:
         try:
             connection.send_messages([_message(found)])
         except Exception as exc:  # noqa: BLE001 - classified below
-            if _refusal(exc):
+            if refusal(exc):
                 return _not_sent(found, exc, expected=Email.SENDING, sending_at=sending_at)
             Notification.objects.filter(pk=found.pk, email_sending_at=sending_at).update(
                 email_state=Email.UNCERTAIN,
@@ -287,7 +287,7 @@ def digest_send(user_id: int) -> str:
         try:
             connection.send_messages([message])
         except Exception as exc:  # noqa: BLE001 - classified below
-            state = Email.DIGEST if _refusal(exc) else Email.UNCERTAIN
+            state = Email.DIGEST if refusal(exc) else Email.UNCERTAIN
             Notification.objects.filter(
                 recipient_id=user_id, email_sending_at=sending_at, email_state=Email.SENDING
             ).update(email_state=state, email_last_error=f"{type(exc).__name__}: {exc}"[:300])

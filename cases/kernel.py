@@ -70,6 +70,7 @@ from cases.rows import (
     insert_fields,
     insert_values,
     locked,
+    locked_with_head,
     prepared_cursor,
     save_fields,
 )
@@ -166,6 +167,15 @@ def lock_case(case_or_pk: Case | int, related: tuple[str, ...] = CASE_RELATED) -
     return locked(Case, pk, related)
 
 
+def lock_case_at_head(case_id: int, related: tuple[str, ...] = CASE_RELATED) -> tuple[Case, str]:
+    """:func:`lock_case`, with the audit chain's head read under the same lock, in the same
+    statement on PostgreSQL ("" before the case's first event): for a step that records its
+    events in a :func:`writes_batched` block begun before any other event of its transaction
+    (``head=``), so that no event of the step reads the head again."""
+    case, head = locked_with_head(Case, case_id, related)
+    return case, head or ""
+
+
 @contextmanager
 def case_step(
     case_or_pk: Case | int,
@@ -199,24 +209,28 @@ class _Batch:
     fields: set[str] = field(default_factory=set)
     events: list[CaseEvent] = field(default_factory=list)
     notifications: list[Notification] = field(default_factory=list)
+    head: str | None = None  # the chain's head when the block began (None: read it if needed)
 
 
 _BATCH = "_holdfast_writes_batched"  # the attribute of the locked case that holds its batch
 
 
 @contextmanager
-def writes_batched(case: Case) -> Iterator[None]:
+def writes_batched(case: Case, *, head: str | None = None) -> Iterator[None]:
     """Inside, under the case lock the caller holds: each new version of ``case`` stays in
     memory (:func:`bump_and_save`) and each event is chained in memory (:func:`record_event`);
     when the block ends the case is saved once, with every field any of them changed, and the
     events are inserted in one statement, in order. Only for steps that read neither the
     case's row nor its events back before the block ends (the apply's answer, notification
-    and close when there is nothing to send): what they would read is not written yet. An
-    exception discards the batch with the caller's transaction."""
+    and close): what they would read is not written yet. An exception discards the batch with
+    the caller's transaction.
+
+    ``head``: the chain's head as read under the caller's lock with no event recorded since
+    (:func:`lock_case_at_head`); the block's first event links to it instead of reading it."""
     if _BATCH in case.__dict__:
         yield  # already batched by an outer block: it writes
         return
-    batch = _Batch()
+    batch = _Batch(head=head)
     setattr(case, _BATCH, batch)
     try:
         yield
@@ -308,8 +322,9 @@ def record_event(
     chain (:func:`event_row`, which says what the caller must hold); inside
     :func:`writes_batched` it is inserted when that block ends."""
     batch: _Batch | None = case.__dict__.get(_BATCH)
-    if batch is not None and head is None and batch.events:
-        head = batch.events[-1].hash  # the chain's head is the last event held back
+    if batch is not None and head is None:
+        # The chain's head is the last event held back, or the one the block began at.
+        head = batch.events[-1].hash if batch.events else batch.head
     event = event_row(
         case=case,
         action=action,

@@ -112,10 +112,10 @@ def _lockable(model: Any, related: tuple[str, ...]) -> bool:
 
 
 @functools.cache
-def _locked_sql(model: Any, related: tuple[str, ...]) -> str:
+def _locked_sql(model: Any, related: tuple[str, ...], head: bool = False) -> str:
     """One row of ``model`` by id with its ``related`` rows, locking only its own row (as the
     ORM's ``select_for_update(of=("self",)).select_related(*related)``: a nullable key's row
-    is joined outer)."""
+    is joined outer). ``head`` (a case): the hash of its last audit event last."""
     selected = [columns(model, "m")]
     joins = []
     for i, name in enumerate(related):
@@ -127,6 +127,8 @@ def _locked_sql(model: Any, related: tuple[str, ...]) -> str:
             f'{join} "{target._meta.db_table}" r{i} '
             f'ON r{i}."{target._meta.pk.column}" = m."{field.column}"'
         )
+    if head:
+        selected.append(_chain_head_sql().replace("%s", "m.id").join("()"))
     return (
         f'SELECT {", ".join(selected)} FROM "{model._meta.db_table}" m {" ".join(joins)} '  # noqa: S608 - metadata
         f'WHERE m."{model._meta.pk.column}" = %s FOR UPDATE OF m'
@@ -138,15 +140,27 @@ def locked(model: Any, pk: Any, related: tuple[str, ...] = ()) -> Any:
     ``model.DoesNotExist`` when there is none: the ORM's
     ``select_for_update(of=("self",)).select_related(*related).get(pk=pk)``. On PostgreSQL,
     for foreign keys of the model itself, one statement written out; otherwise the ORM's."""
+    return _locked(model, pk, related, head=False)[0]
+
+
+def locked_with_head(case_model: Any, pk: Any, related: tuple[str, ...] = ()) -> tuple[Any, Any]:
+    """:func:`locked` for a case, with the hash of its last audit event as :func:`chain_head`
+    reads it (None before its first), read under the same lock: on PostgreSQL in the same
+    statement."""
+    return _locked(case_model, pk, related, head=True)
+
+
+def _locked(model: Any, pk: Any, related: tuple[str, ...], *, head: bool) -> tuple[Any, Any]:
     if connection.vendor != "postgresql" or not _lockable(model, related):
-        return (
+        row = (
             model._default_manager.select_for_update(of=("self",))
             .select_related(*related)
             .get(pk=pk)
         )
+        return row, (chain_head(row.pk) if head else None)
     db = current()
     with prepared_cursor() as cursor:
-        cursor.execute(_locked_sql(model, related), [pk])
+        cursor.execute(_locked_sql(model, related, head), [pk])
         values = cursor.fetchone()
     if values is None:
         raise model.DoesNotExist(f"{model._meta.object_name} matching query does not exist.")
@@ -157,7 +171,7 @@ def locked(model: Any, pk: Any, related: tuple[str, ...] = ()) -> Any:
         part = values[at : at + width(target)]
         at += width(target)
         setattr(row, name, None if part[0] is None else load(target, part, db))
-    return row
+    return row, (values[at] if head else None)
 
 
 @functools.cache

@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 from django.core.mail import EmailMessage
+from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
@@ -53,6 +54,7 @@ from cases.kernel import (
     apply_transition,
     bump_and_save,
     case_step,
+    lock_case_at_head,
     record_event,
     record_fact,
     writes_batched,
@@ -68,7 +70,7 @@ from cases.models import (
 from cases.retries import retries_reset
 from cases.rows import locked, update
 from cases.scheduling import enqueue_on_commit
-from reconciliation import metrics
+from reconciliation import customer_mail, metrics
 from reconciliation.claims import (
     Claimed,
     ClaimRefused,
@@ -518,19 +520,19 @@ def _record_applied(
     address to go to is not begun here (``Notify.LATER``: its own task begins it)."""
     now = timezone.now()
     plan: Notify | None = None
-    with case_step(attempt.case_id, actor=worker, related=WORKER_RELATED) as case:
+    with transaction.atomic():
+        case, head = lock_case_at_head(attempt.case_id, WORKER_RELATED)
         operation = locked(Operation, attempt.operation_id)
+        # The order system applied the change just now, for the first time (not a replay of
+        # an earlier send, not found by a look), and these records had not confirmed it: it
+        # was never applied before, so nobody can have been told of it yet, and nothing below
+        # records an event before the batch (``_confirm_answer`` records one only for a replay).
+        first_applied = operation.confirmed_at is None and not result.replayed and not looked_up
         _confirm_answer(case, operation, attempt, worker, result, looked_up)
         # Still current: the step is confirmed and the lease renewed for the steps after it.
         current = lease_renew_applied(attempt, now)
-        # Nothing to send for the notification: the answer, the notification's step and the
-        # close are this transaction's writes, and nothing below reads the case's row or its
-        # events back, so the case is saved once and the events inserted together.
-        batched = (
-            writes_batched(case)
-            if current and then_notify and operation.notified_at is None and _no_address(case)
-            else contextlib.nullcontext()
-        )
+        begins = current and then_notify and operation.notified_at is None
+        batched = _answer_batched(case, head, begins=begins, first_applied=first_applied)
         with batched:
             case.last_checked_order_version = result.order_version
             bump_and_save(case, ["last_checked_order_version", *retries_reset(case, "apply")])
@@ -574,7 +576,9 @@ def _record_applied(
                 plan = (
                     Notify.LATER
                     if notify_later and not _no_address(case)
-                    else _notify_begin(case, attempt, worker, head=step.hash)
+                    else _notify_begin(
+                        case, attempt, worker, head=step.hash, first_applied=first_applied
+                    )
                 )
                 if plan is Notify.NO_ADDRESS:
                     # Nothing leaves for the notification: its step and the close are recorded with
@@ -584,6 +588,20 @@ def _record_applied(
                         return closed, None
                     plan = Notify.CLOSED
     return ("confirmed" if current else "late: recorded as evidence"), plan
+
+
+def _answer_batched(
+    case: Case, head: str, *, begins: bool, first_applied: bool
+) -> contextlib.AbstractContextManager[None]:
+    """How the answer's transaction writes what follows the confirmation. When it begins the
+    notification (``begins``) and nothing below reads the case's row or its events back (a
+    first application skips the look for an earlier notification; with no address there is
+    nothing to look for), the case is saved once and the events inserted together, linked
+    from the head read with the lock (only when no event was recorded since: a replay
+    records its finding first)."""
+    if begins and (first_applied or _no_address(case)):
+        return writes_batched(case, head=head if first_applied else None)
+    return contextlib.nullcontext()
 
 
 def _confirm_answer(
@@ -747,16 +765,24 @@ def _no_address(case: Case) -> bool:
 
 
 def _notify_begin(
-    case: Case, attempt: Attempt, worker: Worker, *, head: str | None = None
+    case: Case,
+    attempt: Attempt,
+    worker: Worker,
+    *,
+    head: str | None = None,
+    first_applied: bool = False,
 ) -> Notify:
     """Decide the notification under the case lock the caller holds, and record its start
-    (``head``: the audit chain's head, when the caller just recorded an event)."""
+    (``head``: the audit chain's head, when the caller just recorded an event). The caller
+    just confirmed the operation from the order system's first application of it
+    (``first_applied``): nobody can have been told of a change that was never applied, so the
+    case's events are not searched for an earlier send."""
     operation = attempt.operation
     if _no_address(case):
         return Notify.NO_ADDRESS
     address = case.account.email
     key = notification_key(operation)
-    why = _may_have_been_told(case, operation, key)
+    why = "" if first_applied else _may_have_been_told(case, operation, key)
     if why:
         _notification_uncertain(case, attempt, worker, key, address, why, head=head)
         return Notify.UNCERTAIN
@@ -793,21 +819,31 @@ def _notify(attempt: Attempt, worker: Worker, plan: Notify | None) -> str:
     key = notification_key(operation)
     if plan is Notify.SEND:
         try:
-            EmailMessage(
-                subject=f"Your request {case.reference} for order {operation.order_id} is done",
-                body=(
-                    f"Hello {case.account.name},\n\nAs you asked ({case.reference}), for "
-                    f"order {operation.order_id}: {operation.description}. This is done.\n"
-                ),
-                from_email=settings.DEFAULT_FROM_EMAIL,
-                to=[address],
-                headers={"Message-ID": _message_id(key), "X-Holdfast-Notification-Key": key},
-            ).send()
-        except Exception as exc:  # noqa: BLE001 - any mail failure is a transient step failure
+            customer_mail.send(
+                EmailMessage(
+                    subject=f"Your request {case.reference} for order {operation.order_id} is done",
+                    body=(
+                        f"Hello {case.account.name},\n\nAs you asked ({case.reference}), for "
+                        f"order {operation.order_id}: {operation.description}. This is done.\n"
+                    ),
+                    from_email=settings.DEFAULT_FROM_EMAIL,
+                    to=[address],
+                    headers={"Message-ID": _message_id(key), "X-Holdfast-Notification-Key": key},
+                )
+            )
+        except customer_mail.NotSent as exc:  # nothing went: the next run sends it again
             _notification_not_sent(case.pk, attempt, worker, key, exc)
             return _finish(attempt, worker, EndedTransient(f"notification failed: {exc}"))
-    with case_step(case.pk, actor=worker, related=WORKER_RELATED) as case:
-        return _notified_locked(case, attempt, worker, plan)
+        except customer_mail.MayHaveGone as exc:  # it may have gone: never sent again
+            with case_step(case.pk, actor=worker, related=WORKER_RELATED) as locked_case:
+                why = f"the mail server never confirmed the send ({exc})"
+                _notification_uncertain(locked_case, attempt, worker, key, address, why)
+            return "confirmed"
+    # The step and the close read nothing back: one save of the case, the events together.
+    with transaction.atomic():
+        case, head = lock_case_at_head(case.pk, WORKER_RELATED)
+        with writes_batched(case, head=head):
+            return _notified_locked(case, attempt, worker, plan)
 
 
 def notify_case(*, case_id: int, worker: Worker | None = None) -> str:
@@ -926,12 +962,14 @@ def _notification_uncertain(
 
 
 def _close(attempt: Attempt, worker: Worker) -> str:
-    with case_step(attempt.case_id, actor=worker, related=WORKER_RELATED) as case:
+    with transaction.atomic():
+        case, head = lock_case_at_head(attempt.case_id, WORKER_RELATED)
         if case.status == Status.DONE:
             return "done"  # closed already (run again, or by settlement): nothing left
         if case.status != Status.APPLYING:
             return "stale: the case moved on"
-        _close_locked(case, attempt, worker)
+        with writes_batched(case, head=head):
+            _close_locked(case, attempt, worker)
     return "done"
 
 
@@ -1215,9 +1253,25 @@ def _confirmed_steps(attempt: Attempt) -> list[str]:
 def _retry_or_give_up(
     case: Case, worker: Worker, attempt: Attempt, text: str, retry_after: float | None, detail: dict
 ) -> None:
-    """Nothing was applied: one more failure of the ``apply`` policy (its own counter), retried
-    later or, at ``settings.ATTEMPT_LIMIT``, given to a person (``transient_failure_record``)."""
+    """A step failed for now: one more failure of the ``apply`` policy (its own counter),
+    retried later or, at ``settings.ATTEMPT_LIMIT``, given to a person
+    (``transient_failure_record``). Before the change is confirmed nothing was applied and the
+    order system is what the case waits on; after it (the customer's notification failed) the
+    change stands and a worker's next try of the remaining steps is."""
     steps = literal(", ".join(detail["confirmed_steps"]) or "none")
+    applied = Attempt.Step.APPLIED in detail["confirmed_steps"]
+    retry = (
+        Words(
+            reason="The change is applied; the next step failed ({error}); retry {next_try} of "
+            "{limit} at {next_time}",
+            waiting="Applied; the remaining steps retry on a bounded backoff",
+        )
+        if applied
+        else Words(
+            reason="Nothing applied ({error}); retry {next_try} of {limit} at {next_time}",
+            waiting="Unavailable; retrying on a bounded backoff",
+        )
+    )
     transient_failure_record(
         case=case,
         kind="apply",
@@ -1225,10 +1279,8 @@ def _retry_or_give_up(
         actor=worker,
         retry_after=retry_after,
         detail=detail,
-        retry=Words(
-            reason="Nothing applied ({error}); retry {next_try} of {limit} at {next_time}",
-            waiting="Unavailable; retrying on a bounded backoff",
-        ),
+        retry=retry,
+        retry_waiting_on=WaitingOn.WORKER if applied else WaitingOn.ORDER_SYSTEM,
         give_up=Words(
             reason="Gave up after {failures} attempts. Last error: {error}. Confirmed steps: "
             f"{steps}. Next permitted check: {{next_check}}",

@@ -25,11 +25,12 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connection
 
-from lab.bench import anchors, claims, end_to_end
+from lab.bench import anchors, claims, cluster, end_to_end
 from lab.bench.cluster import ROOT
 from lab.bench.context import Run
 from lab.bench.deployed_orders import DeployedOrderSystem
 from lab.bench.goals import ListsOutcome
+from lab.bench.mailsink import MailSink
 from lab.bench.postgres import drop_database, reading_overhead
 from lab.bench.report import report
 from lab.bench.seeding import E2E_KINDS, analyze, quiet
@@ -191,6 +192,7 @@ class Bench:
     options: dict[str, Any]
     pgbench: str | None = None
     orders: DeployedOrderSystem | None = None
+    mail: MailSink | None = None
     multihost: Any | None = None
     lists: ListsOutcome = field(default_factory=lambda: ListsOutcome([], None, "no value"))
 
@@ -217,6 +219,9 @@ class Bench:
             s["multi"].skipped = s["multi"].skipped or "--skip-e2e"
         else:
             self.orders = self._start_orders()
+            self.mail = MailSink().start()
+            cluster.MAIL_ENV.update(self.mail.env())
+            self.run.mail = self.mail
 
     @staticmethod
     def _opt_in(s: dict[str, Series], options: dict[str, Any]) -> None:
@@ -263,6 +268,9 @@ class Bench:
             self.lists = self._list_pages(sizes)
             self._load(sizes)
         finally:
+            if self.mail is not None:
+                self.mail.stop()
+                cluster.MAIL_ENV.clear()
             if self.orders is not None:
                 self.orders.stop()
                 drop_database(self.run.orders_db)

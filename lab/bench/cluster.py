@@ -26,8 +26,13 @@ BARE = "lab.bench.tasks.bare_writes"
 WORKERS = 2  # Q_WORKERS of every cluster (the settings add one for the sweeper)
 
 
+# The customers' mail server of the run (``lab.bench.mailsink``), once it listens: every
+# cluster and web server the bench starts sends the customers' notifications there.
+MAIL_ENV: dict[str, str] = {}
+
+
 def child_env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", **extra}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **MAIL_ENV, **extra}
     env.pop("REDIS_URL", None)  # the ORM broker on the same database
     env["DATABASE_URL"] = database_url(database_name())
     env["HOLDFAST_STATE_DIR"] = str(settings.HOLDFAST_STATE_DIR)

@@ -40,6 +40,7 @@ class Run:
     writes_clean: list[bool] = field(default_factory=list)  # per end-to-end round: no burst
     cluster_enqueued: list[int] = field(default_factory=list)  # per end-to-end round
     fixture: dict[str, Any] = field(default_factory=dict)  # the account and people of its cases
+    mail: Any = None  # the customers' mail server (``lab.bench.mailsink.MailSink``), if it runs
     # The change kinds the end-to-end backlogs take in turn (``--e2e-kinds``).
     e2e_kinds: tuple[str, ...] = ("delivery_date",)
 

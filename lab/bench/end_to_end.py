@@ -343,6 +343,7 @@ def apply_backlog(
     burst = _others_burst(run, window)
     orders.check_changed_once(made, versions_before)
     orders.check_shows(_changes_of(made))
+    told = _told_once(run, made)
     run.pending_orders = PendingOrders(
         before=before.commits.get(run.orders_db, 0),
         applies=count,
@@ -353,10 +354,23 @@ def apply_backlog(
     run.write(
         f"  end-to-end: {count} applies ({_kind_counts(made)}) in {elapsed:.1f}s "
         f"({run.e2e_mode}; the cluster enqueued {queued} more tasks meanwhile), every order "
-        "changed exactly once and shows its change"
+        f"changed exactly once and shows its change{told}"
     )
     run.cluster_enqueued.append(queued)
     return count / elapsed
+
+
+def _told_once(run: Run, made: dict[int, str]) -> str:
+    """Check that the mail server got each case's notification exactly once (by its key);
+    the words for the run's line."""
+    from approvals.models import Operation
+    from reconciliation.apply import notification_key
+
+    if run.mail is None:
+        return ""
+    operations = Operation.objects.filter(case_id__in=list(made))
+    run.mail.told_once([notification_key(operation) for operation in operations])
+    return ", and every customer was told once over SMTP"
 
 
 def _changes_of(made: dict[int, str]) -> dict[str, dict[str, Any]]:

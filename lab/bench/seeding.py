@@ -134,6 +134,9 @@ def fixture(run: Run) -> dict[str, Any]:
         name="Bench",
         team=team,
         verified=True,
+        # A customer with an address, as a real one has: each apply tells them (the
+        # notification's start, the send, its confirmation with the close).
+        email=f"customer-{run.run_id}@bench.example",
     )
     from reconciliation.selectors import current_autonomy
 

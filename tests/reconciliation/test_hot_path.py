@@ -136,6 +136,38 @@ def test_a_safe_apply_is_at_most_six_transactions_and_changes_the_order_once(
 
 
 @postgres_only
+def test_after_the_answer_each_transaction_saves_the_case_once_and_reads_no_head_or_history(
+    approved_case, live_orders
+):
+    """Issue 27 (round trips per apply): the answer with the notification's start, and the
+    notification's confirmation with the close, each lock the case with the audit chain's head
+    in one statement, save the case once and insert their events in one statement; a change
+    the order system applied for the first time is not searched for an earlier notification
+    (nobody can have been told of a change never applied). Before: 23 statements, two of them
+    reads of the head, one a search of the case's events, four saves of the case."""
+    case, cost, _before = _apply_measured(approved_case, live_orders)
+
+    def count(start: str) -> int:
+        return sum(sql.lstrip().startswith(start) for sql in cost.statements)
+
+    assert count('SELECT "hash" FROM "cases_caseevent"') == 0, cost.statements
+    assert count('SELECT COUNT("cases_caseevent"') == 0, cost.statements
+    assert count('INSERT INTO "cases_caseevent" ') == 2, cost.statements
+    assert count('UPDATE "cases_case" ') == 2, cost.statements
+    assert cost.transactions == 4, cost.statements
+    # Claim 2, mark 1, answer 7 (lock with head, operation, confirm, evidence, lease, case,
+    # events), close 6 (lock with head, notified, attempt, cancellations, case, events).
+    assert cost.queries == 16, cost.statements
+    # The chain still verifies link by link, and the customer was told once.
+    assert _actions_from_the_claim(case)[-3:] == [
+        "cases.notification.sending",
+        "cases.step.notified",
+        "cases.case.transitioned",
+    ]
+    assert len(mail.outbox) == 1
+
+
+@postgres_only
 def test_a_safe_apply_nobody_is_told_of_reads_and_writes_nothing_of_notifications(
     approved_case, live_orders
 ):

@@ -27,6 +27,7 @@ from aiosmtpd.controller import Controller
 class Received:
     envelope_to: list[str]
     message: Message
+    session: str = ""  # which SMTP session brought it (the client's address and port)
 
     @property
     def subject(self) -> str:
@@ -89,7 +90,7 @@ class _Handler:
                 server.refused += 1
                 return "451 4.3.0 Try again later"
             # Arrived in full: it counts as received whatever happens to the sender now.
-            server.received.append(Received(list(envelope.rcpt_tos), message))
+            server.received.append(Received(list(envelope.rcpt_tos), message, str(session.peer)))
             held = server.hold is not None and server.hold(message)
             if held:
                 server.hold = None
