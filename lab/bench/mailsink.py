@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import logging
 import socket
 import threading
 from collections import Counter
@@ -48,6 +49,7 @@ class MailSink:
     def start(self) -> MailSink:
         from aiosmtpd.controller import Controller
 
+        logging.getLogger("mail.log").setLevel(logging.WARNING)  # a line per SMTP command
         with socket.socket() as probe:  # a free port (the controller checks it by connecting)
             probe.bind(("127.0.0.1", 0))
             self.port = int(probe.getsockname()[1])

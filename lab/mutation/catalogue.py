@@ -495,6 +495,24 @@ MUTATIONS: list[Mutation] = [
         "the claim's event starts a new chain instead of extending the case's",
     ),
     Mutation(
+        "replay-taken-for-a-first-application",
+        APPLY,
+        "first_applied = operation.confirmed_at is None and not result.replayed and not looked_up",
+        "first_applied = operation.confirmed_at is None",
+        (T_KINDS,),
+        "a first send answered 'already applied' skips the look for an earlier notification: "
+        "the customer is told again, and the step's events link past the replay's finding",
+    ),
+    Mutation(
+        "answer-links-to-the-head-read-with-the-lock-after-a-finding",
+        APPLY,
+        "writes_batched(case, head=head if first_applied else None)",
+        "writes_batched(case, head=head)",
+        (T_KINDS,),
+        "the answer's events link to the head read with the lock although a finding was "
+        "recorded after it",
+    ),
+    Mutation(
         "batched-event-not-linked",
         KERNEL,
         "        head = batch.events[-1].hash",

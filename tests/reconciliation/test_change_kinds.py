@@ -18,6 +18,7 @@ from django.utils import timezone
 from approvals.grants import grant_issue
 from approvals.models import Approval, Operation, Proposal
 from approvals.services import proposal_approve
+from cases.audit import verify_chains
 from cases.codes import Action
 from cases.fencing import next_fencing_token
 from cases.kernel import Worker
@@ -262,6 +263,34 @@ def test_a_first_send_answered_already_applied_is_taken_as_a_sign_of_a_restore(
     assert replay.detail["operation_key"] == operation.key
     assert source_check_due()
     assert Operation.objects.get(pk=operation.pk).confirmed_at is not None
+    assert [r["operation_key"] for r in _applied(live_orders, case.order_id)] == [operation.key]
+    # What followed the apply there is unknown: the customer may already have been told, so
+    # nothing is sent and a person is asked (a replay is never taken for a first application,
+    # which skips that look). The finding, recorded before the step's events, stays in the chain.
+    assert mail.outbox == []
+    assert CaseEvent.objects.filter(case=case, action=Action.NOTIFICATION_MAY_HAVE_GONE).exists()
+    case.refresh_from_db()
+    assert "may already have gone" in case.outstanding_question
+    assert verify_chains(case_reference=case.reference).ok
+
+
+def test_a_first_send_answered_already_applied_with_nobody_to_tell_keeps_the_chain_whole(
+    approved_case, live_orders, account
+):
+    """With no address, the answer's step, the notification's step and the close are written
+    together; the replay's finding was recorded before them, so they link to it, not to the
+    head read with the case's lock."""
+    account.email = ""
+    account.save(update_fields=["email"])
+    case = approved_case(change=address_change())
+    operation = Operation.objects.get(case=case)
+    _apply_at_the_source(live_orders, case, operation, case.change)
+    source_verified()
+
+    assert apply_case(case_id=case.pk) == "done"
+
+    assert CaseEvent.objects.filter(case=case, action=Action.RESTORE_UNEXPECTED_REPLAY).exists()
+    assert verify_chains(case_reference=case.reference).ok
     assert [r["operation_key"] for r in _applied(live_orders, case.order_id)] == [operation.key]
 
 
