@@ -167,13 +167,14 @@ def lock_case(case_or_pk: Case | int, related: tuple[str, ...] = CASE_RELATED) -
     return locked(Case, pk, related)
 
 
-def lock_case_at_head(case_id: int, related: tuple[str, ...] = CASE_RELATED) -> tuple[Case, str]:
-    """:func:`lock_case`, with the audit chain's head read under the same lock, in the same
-    statement on PostgreSQL ("" before the case's first event): for a step that records its
+def lock_case_at_head(
+    case_id: int, related: tuple[str, ...] = CASE_RELATED
+) -> tuple[Case, str | None]:
+    """:func:`lock_case`, with the audit chain's head read in the same statement on PostgreSQL
+    ("" before the case's first event; None elsewhere: not read): for a step that records its
     events in a :func:`writes_batched` block begun before any other event of its transaction
     (``head=``), so that no event of the step reads the head again."""
-    case, head = locked_with_head(Case, case_id, related)
-    return case, head or ""
+    return locked_with_head(Case, case_id, related)
 
 
 @contextmanager

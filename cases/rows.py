@@ -144,9 +144,10 @@ def locked(model: Any, pk: Any, related: tuple[str, ...] = ()) -> Any:
 
 
 def locked_with_head(case_model: Any, pk: Any, related: tuple[str, ...] = ()) -> tuple[Any, Any]:
-    """:func:`locked` for a case, with the hash of its last audit event as :func:`chain_head`
-    reads it (None before its first), read under the same lock: on PostgreSQL in the same
-    statement."""
+    """:func:`locked` for a case, with the hash of its last audit event read in the same
+    statement ("" before its first): on PostgreSQL. Elsewhere the head is not read here (None):
+    it would be a statement of its own, and the caller's first event reads it when it needs it
+    (:func:`chain_head`)."""
     return _locked(case_model, pk, related, head=True)
 
 
@@ -157,7 +158,7 @@ def _locked(model: Any, pk: Any, related: tuple[str, ...], *, head: bool) -> tup
             .select_related(*related)
             .get(pk=pk)
         )
-        return row, (chain_head(row.pk) if head else None)
+        return row, None
     db = current()
     with prepared_cursor() as cursor:
         cursor.execute(_locked_sql(model, related, head), [pk])
@@ -171,7 +172,7 @@ def _locked(model: Any, pk: Any, related: tuple[str, ...], *, head: bool) -> tup
         part = values[at : at + width(target)]
         at += width(target)
         setattr(row, name, None if part[0] is None else load(target, part, db))
-    return row, (values[at] if head else None)
+    return row, ((values[at] or "") if head else None)
 
 
 @functools.cache

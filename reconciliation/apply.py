@@ -591,7 +591,7 @@ def _record_applied(
 
 
 def _answer_batched(
-    case: Case, head: str, *, begins: bool, first_applied: bool
+    case: Case, head: str | None, *, begins: bool, first_applied: bool
 ) -> contextlib.AbstractContextManager[None]:
     """How the answer's transaction writes what follows the confirmation. When it begins the
     notification (``begins``) and nothing below reads the case's row or its events back (a
