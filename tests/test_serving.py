@@ -262,6 +262,9 @@ def test_gunicorn_answers_503_while_the_database_refuses_connections_and_recover
             assert huge.status_code == 404, huge.text
             assert huge.json()["error"] == "not_found"
 
+            # Each request closed its connection (CONN_MAX_AGE=0), but the server counts a
+            # backend against the limit until it has exited: wait for that, then take them all.
+            _wait_for_no_sessions_of(app)
             held = [role_connection(app), role_connection(app)]  # every connection it may have
             try:
                 with pytest.raises(psycopg.OperationalError, match="too many connections"):
@@ -289,6 +292,20 @@ def test_gunicorn_answers_503_while_the_database_refuses_connections_and_recover
             again = httpx.get(f"{url}/api/cases/", headers=api, timeout=10)
             assert again.status_code == 200, again.text
     assert "Traceback" not in log.read_text()
+
+
+def _wait_for_no_sessions_of(role: str, timeout: float = 10.0) -> None:
+    """Until PostgreSQL has no backend of ``role`` left (one whose client closed it may still
+    be exiting, and counts against the role's connection limit until it has)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE usename = %s", [role])
+            if cursor.fetchone()[0] == 0:
+                return
+        if time.monotonic() > deadline:
+            pytest.fail(f"{role} still has sessions after {timeout} s")
+        time.sleep(0.05)
 
 
 # --- The views in-process ----------------------------------------------------------------
