@@ -105,5 +105,5 @@ def test_a_message_whose_answer_never_came_is_not_sent_again(smtp, approved_case
     assert attempt.last_confirmed_step == Attempt.Step.CLOSED
     assert attempt.operation.notified_at is None  # a person confirms it
     # Asked again, nothing more goes: one message reached the server.
-    assert apply_case(case_id=case.pk) != "sent"
+    assert apply_case(case_id=case.pk) == "refused: not_ready"
     assert len(smtp.received) == 1
