@@ -40,7 +40,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext, override_settings
 from django.utils import timezone
 
-SEED_VERSION = 7
+SEED_VERSION = 8
 GOAL_RATIO = 1.3
 GOAL_P95_MS = 500.0  # at the largest size
 PAGE_TIMEOUT_S = 30
@@ -66,7 +66,10 @@ OPEN_WINDOW = 10_000
 # Closed cases beyond the window: (first, last) of ``hash % 100``, status.
 _CLOSED_MIX = [(0, 89, "done"), (90, 97, "cancelled"), (98, 99, "stopped")]
 # The latest OPEN_WINDOW cases: (first, last) of ``hash % 100``, status, waiting on, waiting
-# reason, open.
+# reason, open. The hash is of the case's age (its place counted from the latest), so the open
+# window holds the same statuses per team at every size and a filtered queue lists the same
+# rows (before seed version 8 it was of the case's id: the 10k desk had 75 ready cases of the
+# bench team, fewer than a page, and the 1M desk 169). Ready takes 6%: a full page per team.
 _STATUS_MIX = [
     (0, 61, "done", "nobody", "", False),
     (62, 66, "cancelled", "nobody", "", False),
@@ -76,11 +79,11 @@ _STATUS_MIX = [
     (75, 76, "preparing_proposal", "worker", "Preparing a proposal", True),
     (77, 77, "preparing_proposal", "customer", "Asked the customer for a date", True),
     (78, 82, "awaiting_review", "approvers", "Awaiting a decision", True),
-    (83, 86, "ready", "worker", "Queued to apply", True),
-    (87, 87, "applying", "worker", "Applying", True),
-    (88, 91, "held", "owner", "Effect unknown: reconcile from evidence", True),
-    (92, 95, "needs_attention", "owner", "Attempts exhausted", True),
-    (96, 99, "done", "nobody", "", False),
+    (83, 88, "ready", "worker", "Queued to apply", True),
+    (89, 89, "applying", "worker", "Applying", True),
+    (90, 93, "held", "owner", "Effect unknown: reconcile from evidence", True),
+    (94, 97, "needs_attention", "owner", "Attempts exhausted", True),
+    (98, 99, "done", "nobody", "", False),
 ]
 # Cases whose proposal is approved (and has an approval); awaiting review has an open one.
 _APPROVED = ("ready", "applying", "held")
@@ -102,8 +105,8 @@ def seed_sql(size: int, *, prefix: str, history: int = HISTORY_CASES) -> list[st
 
     Deterministic: case ``i`` has the same team, account and owner at every size, so a search
     or a filter finds comparable rows in each database; the latest :data:`OPEN_WINDOW` cases
-    carry the open work (the same mix at every size), older ones are closed. Statuses, owners
-    and accounts are spread by ``hashint4`` (never correlated with the team, ``i % 4``).
+    carry the open work (the same mix at every size, by age), older ones are closed. Statuses,
+    owners and accounts are spread by ``hashint4`` (never correlated with the team, ``i % 4``).
     Cases open at :data:`HISTORY_CASES` in :data:`HISTORY_DAYS` days, the latest now; a
     smaller ``history`` spreads them thinner (``history=size``: over the whole two years).
     """
@@ -170,7 +173,8 @@ def seed_sql(size: int, *, prefix: str, history: int = HISTORY_CASES) -> list[st
         WITH mix(recent, lo, hi, status, waiting_on, reason, is_open) AS (VALUES {mix}),
         g AS (
             SELECT i, (i % {TEAMS}) + 1 AS t,
-                   (hashint4(i) & 2147483647) % 100 AS b,
+                   -- by age: the latest case is the same desk's latest at every size
+                   (hashint4({size} - i) & 2147483647) % 100 AS b,
                    hashint4(i + 7) & 2147483647 AS h2,
                    hashint4(i + 13) & 2147483647 AS h3,
                    hashint4(i + 29) & 2147483647 AS h4,

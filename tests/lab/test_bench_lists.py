@@ -1,0 +1,44 @@
+"""``make bench``'s list pages compare the same desk with a shorter and a longer history: the open
+work (the latest cases) must hold the same statuses per team at every size, or a filtered queue
+compares a page of 75 rows with one of 100 (seed version 7 did, on the ready queue)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from django.db import connection, transaction
+
+from cases.roles import ensure_roles
+from lab.bench.lists import BENCH_TEAM_ID, OPEN_WINDOW, seed
+
+pytestmark = pytest.mark.django_db
+
+PAGE = 100  # the admin's and the API's page
+
+
+def _open_work(size: int) -> Counter[tuple[int, str]]:
+    """Seed ``size`` cases in a savepoint and count the open window's cases by team and status;
+    the seed is rolled back after."""
+    point = transaction.savepoint()
+    try:
+        with connection.cursor() as cursor:
+            seed(cursor, size)
+            cursor.execute(
+                "SELECT team_id, status, count(*) FROM cases_case WHERE id > %s GROUP BY 1, 2",
+                [size - OPEN_WINDOW],
+            )
+            return Counter({(team, status): n for team, status, n in cursor.fetchall()})
+    finally:
+        transaction.savepoint_rollback(point)
+
+
+def test_the_open_work_is_the_same_desk_at_every_size():
+    if connection.vendor != "postgresql":
+        pytest.skip("the bench seeds PostgreSQL (hashint4, generate_series)")
+    ensure_roles()
+    short, longer = _open_work(OPEN_WINDOW), _open_work(OPEN_WINDOW + 4_000)
+    assert short == longer
+    # Every queue the bench filters on holds a full page of the bench team's cases.
+    for status in ("ready", "awaiting_review"):
+        assert short[(BENCH_TEAM_ID, status)] >= PAGE, status
