@@ -248,7 +248,7 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
             )
             return (
                 f"{approval.reference} approves {proposal.case.reference} until "
-                f"{timezone.localtime(approval.expires_at):%Y-%m-%d %H:%M}."
+                f"{timezone.localtime(approval.expires_at):%Y-%m-%d %H:%M %Z}."
             )
 
         return self._decide(request, pk, ApproveForm, "approve", call)
@@ -319,10 +319,18 @@ def prepare_view(
 
 
 def case_page_context(request: HttpRequest, case: Case) -> Mapping[str, Any]:
-    """The case's live approval (while the case is open) and its operation keys."""
+    """The case's live approval (while the case is open) and its operations: the one that
+    counts (the applied one, else the latest) and the earlier ones, named apart (a page that
+    listed every key beside "the same key across re-approval" contradicted itself)."""
+    operations = list(case.operations.order_by("sequence").values_list("key", "confirmed_at"))
+    applied = [key for key, confirmed_at in operations if confirmed_at is not None]
+    current = applied[-1] if applied else (operations[-1][0] if operations else None)
     return {
         "approval": services.live_approval(case) if not case.is_terminal else None,
-        "operation_keys": list(case.operations.values_list("key", flat=True)),
+        "operation_keys": [key for key, _ in operations],
+        "operation_current": current,
+        "operation_applied": bool(applied),
+        "operation_earlier": [key for key, _ in operations if key != current],
     }
 
 

@@ -41,7 +41,7 @@ from django.core.mail import EmailMessage, get_connection
 from django.db import transaction
 from django.utils import timezone
 
-from cases import scheduling
+from cases import scheduling, validation
 from cases.backoff import next_retry_at
 from cases.inbox import next_digest_at
 from cases.models import Notification, NotificationPreference
@@ -152,18 +152,33 @@ def _message(notification: Notification) -> EmailMessage:
     if notification.link != case_path(case):
         where = f"Decide it here: {_absolute(notification.link)}\nThe case page: {page}\n"
     body = (
-        f"{notification.text}.\n\n{where}\n"
+        f"{_sentence(notification.text)}\n\n{where}\n"
         f"Your inbox: {_absolute('/admin/cases/notification/')}\n"
         "(You get this because Holdfast needs you on this case. Choose which mails you get, "
         "or a daily digest, from your inbox.)\n"
     )
     return EmailMessage(
-        subject=f"[Holdfast] {notification.text}"[:200],
+        subject=_subject(notification.text),
         body=body,
         from_email=settings.DEFAULT_FROM_EMAIL,
         to=[notification.recipient.email],
         headers={"Message-ID": f"<{key}@{domain}>", "X-Holdfast-Notification": key},
     )
+
+
+SUBJECT_MAX_LENGTH = 200
+
+
+def _sentence(text: str) -> str:
+    """``text`` ended with one full stop (a text that ends one already, with ``.)`` or cut
+    with "…", gets none)."""
+    return text if text.endswith((".", "!", "?", ".)", "…")) else f"{text}."
+
+
+def _subject(text: str) -> str:
+    """The mail's subject: the notification's text, cut at a word with "…" when it is longer
+    than a subject line should be (cut mid-word before)."""
+    return validation.cut_at_word(f"[Holdfast] {text}", SUBJECT_MAX_LENGTH)
 
 
 def notification_deliver(notification_id: int) -> str:

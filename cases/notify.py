@@ -34,6 +34,7 @@ from django.contrib.auth.models import User
 from django.urls import reverse
 from django.utils import timezone
 
+from cases import validation
 from cases.codes import Action
 from cases.extensions import case_deciders, case_decision_path
 from cases.held import held_waits_on_person
@@ -124,7 +125,7 @@ def notification_text(case: Case, kind: NotificationKind, event: CaseEvent) -> s
     text = _WORDS[kind].format(case=case.reference)
     if event.reason and kind != NotificationKind.AWAITING_REVIEW:
         text = f"{text} ({event.reason})"
-    return text[:300]
+    return validation.cut_at_word(text, Notification._meta.get_field("text").max_length or 300)
 
 
 def _email_state(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from django.contrib.auth import get_user_model
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from cases.models import (
     Attempt,
@@ -80,6 +80,17 @@ def cancellations_for(user) -> QuerySet[CancellationRequest]:
 
 def team_members(team: Team) -> QuerySet:
     return User.objects.filter(holdfast_teams=team, is_active=True).order_by("username")
+
+
+def case_workers(team: Team) -> QuerySet:
+    """The team's active members who may work a case (``cases.work_case``): who may own it or
+    be its backup. An auditor or an approver only, who can move nothing, never is."""
+    may_work = (
+        Q(is_superuser=True)
+        | Q(groups__permissions__codename="work_case")
+        | Q(user_permissions__codename="work_case")
+    )
+    return team_members(team).filter(pk__in=User.objects.filter(may_work).values("pk"))
 
 
 def team_people(user) -> QuerySet:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -87,6 +87,21 @@ class CaseIntakeBaseSerializer(serializers.Serializer):
     )
     order_id = identifier_field(help_text="The order to change, e.g. ORD-7731.")
     note = _text(validation.NOTE_MAX_LENGTH, required=False, allow_blank=True, default="")
+
+    def to_internal_value(self, data: Any) -> Any:
+        """The fields, with a field this intake does not take refused by name (a misspelt
+        ``note`` or a ``status`` would otherwise be dropped without a word)."""
+        unknown = sorted(set(data) - set(self.fields)) if isinstance(data, Mapping) else []
+        refused = {name: ["Unknown field: this intake does not take it."] for name in unknown}
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if refused and isinstance(exc.detail, dict):
+                exc.detail.update(refused)
+            raise
+        if refused:
+            raise serializers.ValidationError(refused)
+        return value
 
     def validate_account(self, value: str):
         accounts = self.context["accounts"]

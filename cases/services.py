@@ -22,7 +22,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django_fsm import can_proceed
 
-from cases import kinds, validation
+from cases import kinds, selectors, validation
 from cases.account_events import account_event_record, account_lock
 from cases.attempts import attempts_request_stop
 from cases.codes import AccountAction, Action
@@ -55,6 +55,7 @@ from cases.models import (
     CustomerAccount,
     EvidenceReference,
     Status,
+    Team,
     WaitingOn,
 )
 from cases.references import case_number_next
@@ -252,7 +253,7 @@ def case_open(
                 note=note,
                 team=team,
                 owner_id=team.default_owner_id,
-                backup_id=team.default_backup_id,
+                backup_id=_default_backup_id(team),
                 waiting_on=WaitingOn.OWNER,
                 waiting_reason="New request: the account must be verified",
                 opened_by=_staff_member(actor),
@@ -290,6 +291,16 @@ def case_open(
             raise
         raise _open_case_exists(open_case) from None
     return case, True
+
+
+def _default_backup_id(team: Team) -> int | None:
+    """The backup of the team's new cases: its default backup, unless that is its default
+    owner too (the team form refuses it; a team saved that way before, or outside the form,
+    gets cases without a backup rather than a refused intake: a case's backup is never its
+    owner, ``case_backup_is_not_owner``)."""
+    if team.default_backup_id == team.default_owner_id:
+        return None
+    return team.default_backup_id
 
 
 def _staff_member(actor: Actor):
@@ -340,11 +351,15 @@ def case_assign(
         expected_version=expected_version,
     ) as case:
         errors: dict[str, list[str]] = {}
-        members = case.team.members
-        if not members.filter(pk=owner.pk).exists():
-            errors["owner"] = [f"{owner} is not a member of {case.team}."]
-        if backup is not None and not members.filter(pk=backup.pk).exists():
-            errors["backup"] = [f"{backup} is not a member of {case.team}."]
+        members, workers = case.team.members, selectors.case_workers(case.team)
+        for name, person in (("owner", owner), ("backup", backup)):
+            if person is None:
+                continue
+            if not members.filter(pk=person.pk).exists():
+                errors[name] = [f"{person} is not a member of {case.team}."]
+            elif not workers.filter(pk=person.pk).exists():
+                # An auditor or an approver only could answer nothing the case asks.
+                errors[name] = [f"{person} may not work cases: choose an agent or a lead."]
         if backup is not None and backup.pk == owner.pk:
             errors["backup"] = ["The backup must be someone other than the owner."]
         if errors:

@@ -223,3 +223,18 @@ def parse_id(value: str | None) -> int | None:
     if value is None or not value.isascii() or not value.isdigit() or len(value) > 18:
         return None
     return int(value)
+
+
+def not_the_accounts_order(order_id: str, account_reference: str) -> str:
+    """Why an order cannot be the account's, in the same words whether the order system has no
+    such order or has it for another account: an answer that told the two apart would tell
+    anyone who may open a case whether an order id exists."""
+    return f"Order {order_id} is not an order of account {account_reference}"
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """``text`` if it fits in ``limit`` characters, else cut after its last whole word that
+    fits, with "…" (a subject or a notification cut mid-word read as a typo)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 1].rsplit(' ', 1)[0].rstrip(' ,;:(')}…"

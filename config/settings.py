@@ -320,6 +320,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "config.schema_links.add_links",
+        "config.schema_bodies.close_intake_bodies",
     ],
     # Without deep links an operation's summary button holds no link of its own (a link
     # inside a button is a nested control that screen readers do not announce).

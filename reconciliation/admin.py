@@ -433,12 +433,13 @@ def revoke_access(
 
 def read_order(order_id: str) -> tuple[Order | None, str]:
     """The intake page's read of an order (outside any transaction): the order, or None and
-    why not in words."""
+    why not in words; None and "" when the order system has no such order (the page says it
+    in the words it uses for another account's order)."""
     try:
         with OrderSystemClient.from_settings() as client:
             return client.get_order(order_id), ""
     except UnknownOrder:
-        return None, f"The order system does not know order {order_id}."
+        return None, ""
     except OrderSystemError as exc:
         return None, (
             f"The order system could not be asked ({exc.error}); the case's source check reads "

@@ -101,7 +101,8 @@ def transient_failure_record(
     text = error(failures) if callable(error) else error
     next_at = policy.next_try_at(failures, retry_after=retry_after)
     words = {
-        "error": text,
+        # Set inside sentences ("Last error: {error}. …"): its own full stop would double.
+        "error": text.rstrip(". "),
         "failures": failures,
         "checks": "1 check" if failures == 1 else f"{failures} checks",
         "limit": policy.limit,

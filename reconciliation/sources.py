@@ -15,6 +15,7 @@ import datetime as dt
 
 from django.utils import timezone
 
+from cases import validation
 from cases.codes import Action
 from cases.kernel import Actor, Worker, apply_transition, case_step
 from cases.models import Case, EvidenceReference, Status, WaitingOn
@@ -46,11 +47,11 @@ def source_check(*, case_id: int, client: OrderSystemClient | None = None) -> st
     client = client or OrderSystemClient.from_settings()
     try:
         order = client.get_order(case.order_id)
-    except UnknownOrder as exc:
+    except UnknownOrder:
+        # In the words of another account's order: the case's reason, last error and mail
+        # never tell whether an order id exists (``not_the_accounts_order``).
         return _escalate(
-            case_id,
-            actor,
-            f"The order system does not know order {case.order_id}: {exc.detail or exc.error}",
+            case_id, actor, validation.not_the_accounts_order(case.order_id, case.account.reference)
         )
     except OrderSystemError as exc:
         return _source_unavailable(case_id, actor, exc)
@@ -66,7 +67,7 @@ def source_check(*, case_id: int, client: OrderSystemClient | None = None) -> st
                 case,
                 actor,
                 # Never name the order's owner: it may be another team's customer.
-                f"Order {case.order_id} is not an order of account {case.account.reference}",
+                validation.not_the_accounts_order(case.order_id, case.account.reference),
             )
         if case.status == Status.WAITING_SOURCE:
             kind = case.change_kind

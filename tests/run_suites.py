@@ -166,6 +166,12 @@ def _own_database(env: dict[str, str], url: str) -> dict[str, str]:
     return {**env, "DATABASE_URL": url, "TEST_DATABASE_URL": url}
 
 
+# The order system a test reaches unless it starts its own: a port nothing listens on. The
+# default (8100) is `make run`'s order system, and a suite run beside `make run` asked it (its
+# fencing tokens, far above the test database's, read as a restore: two tests failed).
+NO_ORDER_SYSTEM = "http://127.0.0.1:9"
+
+
 def main(extra: list[str]) -> int:
     var = ROOT / "var"
     var.mkdir(exist_ok=True)
@@ -174,6 +180,7 @@ def main(extra: list[str]) -> int:
         "ORDERS_DATABASE_URL": f"sqlite:///{var / 'test-orders.sqlite3'}",
         "TEST_DATABASE_URL": "",
         "DJANGO_ENV": "test",
+        "ORDER_SYSTEM_URL": NO_ORDER_SYSTEM,
     }
     plans = [
         ("Holdfast suite on SQLite", ["tests", BROWSER_IGNORE], sqlite_env),
@@ -188,6 +195,7 @@ def main(extra: list[str]) -> int:
             "TEST_DATABASE_URL": pg,
             "ORDERS_DATABASE_URL": side_database(pg, "orders"),
             "DJANGO_ENV": "test",
+            "ORDER_SYSTEM_URL": NO_ORDER_SYSTEM,
         }
         # Suites that run beside the Holdfast suite have databases of their own.
         browser_env = _own_database(pg_env, side_database(pg, "browser"))

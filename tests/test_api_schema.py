@@ -93,3 +93,15 @@ def test_the_text_pattern_refuses_exactly_what_the_server_refuses(required):
                 required and not value.strip()
             )
             assert refused == (pattern.match(value) is None), (hex(code), value)
+
+
+def test_every_intake_body_is_closed_as_the_server_refuses_other_fields(schema):
+    bodies = {
+        name: component
+        for name, component in schema["components"]["schemas"].items()
+        if name.endswith("CaseIntakeRequest") and component.get("properties")
+    }
+
+    # One per kind, and the older body of the delivery date.
+    assert len(bodies) == 4
+    assert all(component["additionalProperties"] is False for component in bodies.values())

@@ -382,7 +382,9 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         if obj is not None:
             context.update(views.case_page_context(request, obj))
             # The page and the window are named after the case, not "Change case".
-            context["title"] = f"{obj.reference}: {obj.change_description}"
+            # What the case asks for, not a statement that it happened ("D-49: the order is
+            # cancelled" sat above "Cancelled: nothing was applied").
+            context["title"] = f"{obj.reference} asks: {obj.change_description}"
             context["subtitle"] = None
         return super().render_change_form(request, context, add, change, form_url, obj)
 

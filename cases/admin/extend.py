@@ -16,8 +16,8 @@ What may be added, and nothing else:
   no case can be deleted from the admin.
 - ``account_actions``: bulk actions on customer accounts, after the kernel's own.
 - ``order_reader``: how the intake page reads an order's current value from the order system
-  (``reader(order_id)`` returns the order, or None and why not, in words); without one the
-  page says it cannot show it.
+  (``reader(order_id)`` returns the order, or None and why not, in words: "" when the order
+  system has no such order); without one the page says it cannot show it.
 
 No business rule is registered here: each contribution renders, or calls one service.
 """

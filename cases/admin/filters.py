@@ -21,9 +21,10 @@ def _selected_id(list_filter: admin.SimpleListFilter) -> int | None:
     """The filter's id from the query string; a value that is not one is refused the admin way
     (``IncorrectLookupParameters``: the unfiltered list with ``?e=1``), never a 500."""
     value = list_filter.value()
-    if not value:
+    if value is None or value == "":
         return None
-    pk = parse_id(value)
+    # A str from the query string; the choice itself (an int) when the admin counts facets.
+    pk = parse_id(str(value))
     if pk is None:
         raise IncorrectLookupParameters(f"{list_filter.parameter_name}: not an id.")
     return pk

@@ -16,7 +16,8 @@ User = get_user_model()
 
 
 class CaseChangeForm(forms.ModelForm):
-    """The case page's editable fields; owner and backup are offered from the case's team."""
+    """The case page's editable fields; owner and backup are offered from the case's team,
+    among those who may work a case (``selectors.case_workers``)."""
 
     expected_version = forms.IntegerField(widget=forms.HiddenInput)
     change_reason = forms.CharField(
@@ -31,7 +32,7 @@ class CaseChangeForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         if self.instance.pk:
             self.fields["expected_version"].initial = self.instance.version
-            members = selectors.team_members(self.instance.team)
+            members = selectors.case_workers(self.instance.team)
             for name in ("owner", "backup"):
                 if name in self.fields:
                     self.fields[name].queryset = members  # type: ignore[attr-defined]

@@ -123,18 +123,19 @@ def intake_view(model_admin: ModelAdmin[Case], request: HttpRequest) -> HttpResp
 
 def _order_now(kind: kinds.ChangeKind, chosen: dict[str, Any]) -> dict[str, Any]:
     """The order's current value in the kind's words, or why it cannot be shown. An order of
-    another account is never described (it may be another team's customer)."""
+    another account is never described (it may be another team's customer), nor told apart
+    from an order the order system does not have."""
     reader = EXTENSIONS.order_reader
     if reader is None:
         return {"order_problem": "The order system is not connected to this page."}
     order, problem = reader(chosen["order_id"])
-    if order is None:
+    account = chosen["account"].reference
+    if order is None and problem:
         return {"order_problem": problem}
-    if order.account_id != chosen["account"].reference:
-        return {
-            "order_problem": f"Order {order.order_id} is not an order of account "
-            f"{chosen['account'].reference}: a case for it would go to a person at once."
-        }
+    if order is None or order.account_id != account:
+        # No such order, or another account's: the same words (``not_the_accounts_order``).
+        words = validation.not_the_accounts_order(chosen["order_id"], account)
+        return {"order_problem": f"{words}: a case for it would go to a person at once."}
     words = kind.describe_seen(kind.seen(order))
     if order.status != "open":
         words += f"; the order is {order.status}, not open (the order system refuses changes)"

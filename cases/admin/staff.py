@@ -34,6 +34,18 @@ class TeamForm(forms.ModelForm):
             raise forms.ValidationError(errors)
         return prefix
 
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or self.cleaned_data
+        owner = data.get("default_owner")
+        if owner is not None and owner == data.get("default_backup"):
+            # A case's backup answers while its owner is away: never the owner.
+            self.add_error(
+                "default_backup",
+                "The backup answers while the owner is away: choose someone other than the "
+                "default owner, or leave it blank.",
+            )
+        return data
+
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):

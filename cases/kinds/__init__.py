@@ -152,11 +152,22 @@ class ChangeKind:
         """The seen value in plain words (``delivery on Thu 2026-12-03``)."""
         raise NotImplementedError
 
+    def holds(self, seen: Mapping[str, Any], change: Mapping[str, Any]) -> bool:
+        """Whether the order, as ``seen``, already holds ``change``: applying it would change
+        nothing. By default never (a kind that cannot tell says so)."""
+        return False
+
     def advisory(self, client: OrderReader, order: OrderView, change: Mapping[str, Any]) -> str:
         """Advice for the approver before approval, read outside any transaction; never a
-        reservation (the receiver checks again when it applies). By default: whether the
-        order is still open, and that an irreversible change cannot be undone."""
+        reservation (the receiver checks again when it applies). By default: that the order
+        already holds the change (:meth:`holds`), whether the order is still open, and that an
+        irreversible change cannot be undone."""
         notes = []
+        if self.holds(self.seen(order), change):
+            notes.append(
+                f"The order already has this ({self.describe_seen(self.seen(order))}): "
+                "approving sends it again and changes nothing; reject it if the request is met"
+            )
         if order.status != "open":
             notes.append(f"Order {order.order_id} is {order.status}: the order system refuses it")
         if self.irreversible:

@@ -140,6 +140,10 @@ class DeliveryDate(ChangeKind):
         date = _date((seen or {}).get(FIELD))
         return f"delivery on {date:%a %Y-%m-%d}" if date else "no delivery date on record"
 
+    def holds(self, seen: Mapping[str, Any], change: Mapping[str, Any]) -> bool:
+        date = _date(seen.get(FIELD))
+        return date is not None and date == _date(change.get(FIELD))
+
     def advisory(self, client: OrderReader, order: OrderView, change: Mapping[str, Any]) -> str:
         date = _date(change[FIELD])
         assert date is not None  # noqa: S101 - a stored change is canonical

@@ -171,6 +171,12 @@ class ShippingAddress(ChangeKind):
             return "no shipping address on record"
         return f"shipping to {one_line(address)}"
 
+    def holds(self, seen: Mapping[str, Any], change: Mapping[str, Any]) -> bool:
+        address = seen.get("address")
+        if not isinstance(address, Mapping) or address_errors(address):
+            return False
+        return canonical_address(address) == change.get("address")
+
     def advisory(self, client: OrderReader, order: OrderView, change: Mapping[str, Any]) -> str:
         country = change["address"]["country"]
         served = client.capabilities().get("ship_to_countries")

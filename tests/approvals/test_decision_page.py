@@ -278,7 +278,7 @@ def test_approving_from_the_page_shows_the_approval_reference(client, approver, 
     approval = Approval.objects.get(proposal=proposal)
     until = timezone.localtime(approval.expires_at)
     assert (
-        f"{approval.reference} approves {proposal.case.reference} until {until:%Y-%m-%d %H:%M}."
+        f"{approval.reference} approves {proposal.case.reference} until {until:%Y-%m-%d %H:%M %Z}."
         in response.content.decode()
     )
     assert "This proposal is approved; nothing to decide." in response.content.decode()
@@ -353,3 +353,24 @@ def test_a_changed_intent_during_review_ends_the_review_deadline(proposal, agent
     revised = reload(case)
     assert revised.status == "preparing_proposal"
     assert revised.next_check_at is None
+
+
+def test_the_case_page_names_the_operation_that_counts_apart_from_earlier_ones(
+    client, proposal, approver, agent, lead
+):
+    # Listed together before, beside "the same key across re-approval…": two keys under a
+    # sentence that says there is one.
+    case = reload(proposal.case)
+    services.proposal_reject(proposal=proposal, actor=approver, reason="Wrong date")
+    other = date_change(requested_date(case) + dt.timedelta(days=1))
+    second = services.proposal_prepare(case=reload(case), actor=agent, change=other)
+    client.force_login(lead)
+
+    body = client.get(reverse("admin:cases_case_change", args=[case.pk])).content.decode()
+
+    first_key, second_key = proposal.operation.key, second.operation.key
+    assert second_key != first_key
+    assert (
+        f"<dd>{second_key} (the same key across re-approval, retries and takeovers); "
+        f"earlier: {first_key}</dd>"
+    ) in body

@@ -146,3 +146,43 @@ def test_an_address_change_is_advised_on_the_country_and_a_cancellation_that_it_
     assert advice(abroad) == "The order system does not ship to US: it refuses this change"
     assert advice(final) == "This cannot be undone: once applied there is no reversal"
     assert advice(shipped) == "Order ORD-SHIPPED is shipped: the order system refuses it"
+
+
+@pytest.mark.order_system
+def test_a_change_the_order_already_holds_is_advised_as_changing_nothing(live_orders, make_case):
+    """A second request for what an earlier one applied (the order already has the date, the
+    address): the approver reads, before approving, that it would be sent again for nothing.
+    Before, the advice named only the slot, and the second write went through unremarked."""
+    from reconciliation.sources import source_check
+
+    date = in_days(9)
+    address = address_change()["address"]
+    live_orders.seed(
+        orders=[
+            {"order_id": "ORD-SAME-1", "account_id": "ACC-100", "delivery_date": str(date)},
+            {
+                "order_id": "ORD-SAME-2",
+                "account_id": "ACC-100",
+                "delivery_date": str(in_days(3)),
+                "shipping_address": address,
+            },
+        ],
+        slots=[{"date": str(date), "capacity": 5, "taken": 2}],
+    )
+    same_date = make_case(order_id="ORD-SAME-1", change=date_change(date))
+    same_address = make_case(order_id="ORD-SAME-2", change=address_change())
+    other_date = make_case(order_id="ORD-SAME-2", change=date_change(date))
+    for case in (same_date, same_address, other_date):
+        assert source_check(case_id=case.pk) == "checked"
+        assert recon_tasks.prepare_proposal(case.pk) == "submitted"
+
+    def advice(case):
+        return Proposal.objects.get(case=case).advisory_note
+
+    assert advice(same_date) == (
+        f"Slot {date:%Y-%m-%d}: 2 of 5 taken; The order already has this (delivery on "
+        f"{date:%a %Y-%m-%d}): approving sends it again and changes nothing; reject it if the "
+        "request is met"
+    )
+    assert advice(same_address).startswith("The order already has this (shipping to Dana ")
+    assert "already" not in advice(other_date)

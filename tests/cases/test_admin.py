@@ -127,6 +127,17 @@ def test_changelist_filters_by_owner(as_lead, desk, backup, lead):
     assert _listed(as_lead, owner=lead.pk) == set(desk.values()) - {desk["handed_over"]}
 
 
+def test_show_counts_counts_each_filter_s_choices(as_lead, desk, backup, lead):
+    # "Show counts" (?_facets=True) asks each filter's queryset with the choice itself, an int
+    # for the person filters: a 500 before ('int' object has no attribute 'isascii').
+    page = as_lead.get("/admin/cases/case/", {"_facets": "True"})
+
+    assert page.status_code == 200
+    body = page.content.decode()
+    assert f"?_facets=True&amp;owner={backup.pk}" in body
+    assert "(1)" in body  # backup owns the one handed-over case
+
+
 def test_changelist_filters_by_responsible_now(as_lead, desk, backup, lead, owner_away):
     # Lena is away: her cases fall to Bo, and Bo's handed-over case falls to nobody else.
     assert _listed(as_lead, responsible=backup.pk) == set(desk.values())

@@ -188,6 +188,28 @@ def test_the_page_never_describes_an_order_of_another_account(as_user, live_orde
     assert "ACC-999" not in body
 
 
+@pytest.mark.order_system
+def test_an_order_the_order_system_has_not_reads_as_another_account_s(
+    as_user, live_orders, account, agent
+):
+    # Told apart before ("does not know order …"): anyone who may open a case learnt whether an
+    # order id exists at the order system.
+    live_orders.seed(
+        accounts=[{"account_id": "ACC-999", "name": "Someone else", "access_active": True}],
+        orders=[{"order_id": "ORD-THEIRS", "account_id": "ACC-999", "delivery_date": "2030-01-04"}],
+    )
+    client = as_user(agent)
+
+    def problem(order_id):
+        body = _choose(client, account, order_id, "delivery_date").content.decode()
+        said = re.search(r'<p class="hf-order-problem"[^>]*>(.*?)</p>', body, re.S)
+        assert said is not None, body
+        return said.group(1).replace(order_id, "ORDER")
+
+    assert problem("ORD-NOPE-1") == problem("ORD-THEIRS")
+    assert "does not know" not in problem("ORD-NOPE-1")
+
+
 def test_an_account_of_another_team_cannot_be_chosen(as_user, account, other_account, agent):
     client = as_user(agent)
 

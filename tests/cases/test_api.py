@@ -112,6 +112,31 @@ def test_the_older_body_with_a_date_still_opens_a_delivery_date_case(token_clien
     assert Case.objects.get().kind == "delivery_date"
 
 
+@pytest.mark.parametrize("body", [INTAKE, LEGACY_INTAKE], ids=["kinds", "older body"])
+def test_an_intake_naming_a_field_it_does_not_take_is_refused_naming_it(
+    token_client, account, writes, body
+):
+    # Dropped without a word before: a caller's owner, status or misspelt note was ignored.
+    response = token_client.post(
+        "/api/cases/", {**body, "status": "done", "owner": "lead", "notes": "x"}, format="json"
+    )
+
+    assert response.status_code == 400
+    fields = response.json()["fields"]
+    assert sorted(fields) == ["notes", "owner", "status"]
+    assert fields["status"] == ["Unknown field: this intake does not take it."]
+    assert writes() == (0, 0)
+
+
+def test_an_unknown_field_is_named_beside_the_other_errors(token_client, account):
+    response = token_client.post(
+        "/api/cases/", {**INTAKE, "order_id": "", "colour": "red"}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert {"order_id", "colour"} <= set(response.json()["fields"])
+
+
 def test_an_address_change_and_a_cancellation_open_cases_of_their_kinds(token_client, account):
     address = {
         "name": "Dana Whitfield",

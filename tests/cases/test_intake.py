@@ -126,6 +126,33 @@ def test_intake_for_team_without_owner_is_refused(other_team, writes):
     assert writes() == (0, 0)
 
 
+def test_a_team_whose_default_backup_is_its_owner_opens_cases_without_a_backup(account, lead):
+    # Saved outside the team form, which refuses it: an intake opened a 500 (the database's
+    # case_backup_is_not_owner) and lost the customer's request.
+    account.team.default_owner, account.team.default_backup = lead, lead
+    account.team.save()
+
+    case, created = _intake(account)
+
+    assert created is True
+    assert (case.owner, case.backup) == (lead, None)
+
+
+def test_the_team_form_refuses_a_default_backup_who_is_the_default_owner(team, lead, backup):
+    from cases.admin.staff import TeamForm
+
+    def form(owner, backup_):
+        return TeamForm(
+            data={"name": team.name, "default_owner": owner.pk, "default_backup": backup_.pk},
+            instance=team,
+        )
+
+    same = form(lead, lead)
+    assert not same.is_valid()
+    assert "choose someone other than the default owner" in same.errors["default_backup"][0]
+    assert form(lead, backup).is_valid()
+
+
 # --- one open case per order and kind ----------------------------------------------------------
 
 

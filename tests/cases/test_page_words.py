@@ -24,8 +24,9 @@ def test_the_case_page_is_titled_by_the_case_not_change_case(client, lead, case)
     html = _page(client, lead, reverse("admin:cases_case_change", args=[case.pk]))
 
     title = re.search(r"<title>(.*?)</title>", html, re.S).group(1).strip()
-    assert title.startswith(f"{case.reference}: {case.change_description}"), title
-    assert f"<h1>{case.reference}: " in html
+    # What it asks for, never a statement that it happened.
+    assert title.startswith(f"{case.reference} asks: {case.change_description}"), title
+    assert f"<h1>{case.reference} asks: " in html
     assert "Change case" not in html
 
 

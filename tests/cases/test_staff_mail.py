@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import socket
+from email.header import decode_header, make_header
 
 import pytest
 from django.db import transaction
@@ -51,6 +52,23 @@ def test_a_notification_is_mailed_once_with_a_link_to_its_page(smtp, case, lead,
     assert notification.email_state == Notification.Email.SENT
     assert notification.email_sent_at is not None
     assert notification_deliver(notification.pk) == "skipped"  # never twice
+
+
+def test_a_long_reason_is_cut_at_a_word_in_the_subject_and_ends_with_one_full_stop(
+    smtp, case, lead
+):
+    # Seen in a walk: a subject cut mid-word ("Repeating it wo") and "…notified.)." in the body.
+    reason = "The order system refused it (" + "a long explanation " * 12 + "and stopped.)"
+    with transaction.atomic():
+        apply_transition(lock_case(case.pk), "escalate", actor=SYSTEM, reason=reason)
+    assert notifications_dispatch_due(run=run) == 1
+    [mail] = smtp.wait_for(1, timeout=5)
+
+    subject = str(make_header(decode_header(mail.message["Subject"])))
+    assert len(subject) <= 200
+    assert subject.endswith(" a long explanation a long…"), subject
+    (first, *_) = mail.body.splitlines()
+    assert first.endswith(" a long explanation a…"), first[-40:]  # cut at a word, no "…."
 
 
 def test_a_refusing_mail_server_is_retried_with_backoff_and_the_case_is_untouched(

@@ -278,6 +278,31 @@ def test_reassignment_writes_one_reassigned_event(case, lead, backup, agent):
     }
 
 
+def test_an_auditor_or_an_approver_only_is_never_made_owner_or_backup(
+    case, lead, backup, auditor, approver
+):
+    # Saved before: the auditor's home then said "Mine to answer now 1" for a case they can
+    # move nothing of, and its page "Nothing by hand: a worker acts next", which was false.
+    from cases.admin.forms import CaseChangeForm
+
+    before_id = last_event_id(case)
+    for owner, backup_ in ((auditor, backup), (lead, approver)):
+        with pytest.raises(InvalidCaseInput) as refused:
+            case_assign(
+                case=case,
+                expected_version=case.version,
+                owner=owner,
+                backup=backup_,
+                reason="",
+                actor=lead,
+            )
+        (field,) = refused.value.fields
+        assert "may not work cases" in refused.value.fields[field][0]
+    assert (reload(case).owner, events_after(case, before_id)) == (lead, [])
+    offered = CaseChangeForm(instance=case).fields["owner"].queryset  # type: ignore[attr-defined]
+    assert set(offered) == {lead, backup}
+
+
 def test_reassignment_to_someone_outside_the_team_is_refused(case, lead, outsider):
     before_id = last_event_id(case)
 
