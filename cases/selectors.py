@@ -82,15 +82,24 @@ def team_members(team: Team) -> QuerySet:
     return User.objects.filter(holdfast_teams=team, is_active=True).order_by("username")
 
 
-def case_workers(team: Team) -> QuerySet:
-    """The team's active members who may work a case (``cases.work_case``): who may own it or
-    be its backup. An auditor or an approver only, who can move nothing, never is."""
+def _who_may_work() -> QuerySet:
     may_work = (
         Q(is_superuser=True)
         | Q(groups__permissions__codename="work_case")
         | Q(user_permissions__codename="work_case")
     )
-    return team_members(team).filter(pk__in=User.objects.filter(may_work).values("pk"))
+    return User.objects.filter(may_work).values("pk")
+
+
+def case_workers(team: Team) -> QuerySet:
+    """The team's active members who may work a case (``cases.work_case``): who may own it or
+    be its backup. An auditor or an approver only, who can move nothing, never is."""
+    return team_members(team).filter(pk__in=_who_may_work())
+
+
+def case_workers_for(user) -> QuerySet:
+    """:func:`case_workers` of every team of ``user``: whom a bulk reassignment offers."""
+    return team_people(user).filter(pk__in=_who_may_work())
 
 
 def team_people(user) -> QuerySet:

@@ -170,7 +170,7 @@ def bulk_reassign(
     """The case list's action: a page asking who and why, then one service call."""
     if not request.user.has_perm("cases.lead_case"):
         raise PermissionDenied
-    people = selectors.team_people(request.user)
+    people = selectors.case_workers_for(request.user)
     cases = list(queryset.order_by("pk")[: bulk.MAX_CASES + 1])
     form = ReassignForm(request.POST if "apply" in request.POST else None, people=people)
     if "apply" in request.POST and form.is_valid():

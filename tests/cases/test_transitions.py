@@ -283,6 +283,7 @@ def test_an_auditor_or_an_approver_only_is_never_made_owner_or_backup(
 ):
     # Saved before: the auditor's home then said "Mine to answer now 1" for a case they can
     # move nothing of, and its page "Nothing by hand: a worker acts next", which was false.
+    from cases import selectors
     from cases.admin.forms import CaseChangeForm
 
     before_id = last_event_id(case)
@@ -301,6 +302,8 @@ def test_an_auditor_or_an_approver_only_is_never_made_owner_or_backup(
     assert (reload(case).owner, events_after(case, before_id)) == (lead, [])
     offered = CaseChangeForm(instance=case).fields["owner"].queryset  # type: ignore[attr-defined]
     assert set(offered) == {lead, backup}
+    # The case list's bulk reassignment offers the same people (every team of the lead's).
+    assert set(selectors.case_workers_for(lead)) == {lead, backup}
 
 
 def test_reassignment_to_someone_outside_the_team_is_refused(case, lead, outsider):

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from email import message_from_bytes
+from email.header import decode_header, make_header
 from email.message import Message
 
 import pytest
@@ -31,7 +32,8 @@ class Received:
 
     @property
     def subject(self) -> str:
-        return str(self.message["Subject"])
+        """The subject as read (an encoded word, e.g. a subject cut with "…", decoded)."""
+        return str(make_header(decode_header(self.message["Subject"])))
 
     @property
     def body(self) -> str:
