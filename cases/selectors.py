@@ -91,6 +91,12 @@ def _who_may_work() -> QuerySet:
     return User.objects.filter(may_work).values("pk")
 
 
+def people_who_may_work() -> QuerySet:
+    """Every active person who may work a case: whom a team may name its default owner or
+    backup."""
+    return User.objects.filter(is_active=True, pk__in=_who_may_work()).order_by("username")
+
+
 def case_workers(team: Team) -> QuerySet:
     """The team's active members who may work a case (``cases.work_case``): who may own it or
     be its backup. An auditor or an approver only, who can move nothing, never is."""

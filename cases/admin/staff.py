@@ -28,6 +28,14 @@ class TeamForm(forms.ModelForm):
         model = Team
         fields = ["name", "case_prefix", "members", "default_owner", "default_backup"]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The new cases' owner and backup: never an auditor or an approver only, who could
+        # answer nothing a case asks (``case_assign`` refuses them on a case).
+        for name in ("default_owner", "default_backup"):
+            if name in self.fields:
+                self.fields[name].queryset = selectors.people_who_may_work()  # type: ignore[attr-defined]
+
     def clean_case_prefix(self) -> str:
         prefix = self.cleaned_data.get("case_prefix") or ""
         if prefix and (errors := case_prefix_errors(prefix, team_id=self.instance.pk)):

@@ -153,6 +153,18 @@ def test_the_team_form_refuses_a_default_backup_who_is_the_default_owner(team, l
     assert form(lead, backup).is_valid()
 
 
+def test_the_team_form_offers_no_auditor_or_approver_only_as_default_owner(
+    team, lead, backup, auditor, approver
+):
+    from cases.admin.staff import TeamForm
+
+    offered = TeamForm(instance=team).fields["default_owner"].queryset  # type: ignore[attr-defined]
+
+    assert set(offered) == {lead, backup}
+    refused = TeamForm(data={"name": team.name, "default_owner": auditor.pk}, instance=team)
+    assert "default_owner" in refused.errors
+
+
 # --- one open case per order and kind ----------------------------------------------------------
 
 

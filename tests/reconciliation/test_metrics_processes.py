@@ -220,6 +220,14 @@ def test_a_clusters_worker_processes_add_up_to_the_order_systems_own_count(
             )
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{cluster.output()[-6000:]}") from None
+        # A worker logs "… ended: done" after the close commits: the last line may follow the
+        # last case's status by a moment (7 of the 8 lines were read once in CI).
+        wait_for(
+            lambda: cluster.output().count(' ended: done"') >= 8,
+            timeout=10,
+            interval=0.1,
+            what="every worker's last log line",
+        )
         output = cluster.output()
 
     applied_there = sum(
