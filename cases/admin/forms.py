@@ -38,6 +38,26 @@ class CaseChangeForm(forms.ModelForm):
                     self.fields[name].queryset = members  # type: ignore[attr-defined]
         label_split_inputs(self, "next_check_at", ("Next check date", "Next check time"))
 
+    def clean(self) -> dict[str, Any]:
+        """A page read before the case changed is refused here, with what was typed kept on the
+        page and the version it now shows set, so a second save (after a look) goes through.
+        Refused by the service after a redirect before, the typed text was lost. The services
+        still check the version (a change between this check and the save is refused there)."""
+        data = super().clean() or self.cleaned_data
+        expected = data.get("expected_version")
+        if self.instance.pk and expected is not None:
+            current = Case.objects.filter(pk=self.instance.pk).values_list("version", flat=True)
+            now = current.first()
+            if now is not None and now != expected:
+                self.data = self.data.copy()  # the bound data, immutable as received
+                self.data[self.add_prefix("expected_version")] = str(now)
+                raise forms.ValidationError(
+                    f"The case changed since you read it (you had version {expected}, it is "
+                    f"now version {now}). What you typed is kept below: look at the case as "
+                    "it is now, then save again."
+                )
+        return data
+
 
 def label_split_inputs(form: forms.BaseForm, name: str, labels: tuple[str, ...]) -> None:
     """Name each input of a split widget (the admin's date and time of one field): its

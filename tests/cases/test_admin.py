@@ -338,6 +338,35 @@ def test_admin_assignment_with_stale_version_overwrites_nothing(as_lead, lead, b
     assert (reload(case).owner, reload(case).backup) == (lead, backup)
 
 
+def test_a_stale_save_keeps_what_was_typed_and_the_next_save_goes_through(as_lead, lead, case):
+    # Refused after a redirect before: the typed question was replaced by the old one.
+    case = reload(case)
+    typed = "Which Friday did the customer mean?"
+    data = _change_form_data(as_lead, case, outstanding_question=typed)
+    case_transition(
+        case=case,
+        transition="escalate",
+        expected_version=case.version,
+        reason="someone else acted first",
+        actor=lead,
+    )
+    current = reload(case).version
+
+    refused = as_lead.post(_change_url(case), data)
+
+    assert refused.status_code == 200  # the page again, not a redirect
+    body = refused.content.decode()
+    assert "What you typed is kept below" in body
+    assert typed in body
+    assert f'name="expected_version" value="{current}"' in body
+    assert reload(case).outstanding_question != typed
+
+    saved = as_lead.post(_change_url(case), {**data, "expected_version": current})
+
+    assert saved.status_code == 302
+    assert reload(case).outstanding_question == typed
+
+
 def test_admin_cannot_assign_someone_outside_the_team(as_lead, lead, case, outsider):
     case = reload(case)
     before_id = last_event_id(case)
