@@ -49,8 +49,9 @@ class CaseChangeForm(forms.ModelForm):
             current = Case.objects.filter(pk=self.instance.pk).values_list("version", flat=True)
             now = current.first()
             if now is not None and now != expected:
-                self.data = self.data.copy()  # the bound data, immutable as received
-                self.data[self.add_prefix("expected_version")] = str(now)
+                # The bound data (immutable as received), with the version shown now.
+                shown = {self.add_prefix("expected_version"): str(now)}
+                self.data = {**dict(self.data.items()), **shown}
                 raise forms.ValidationError(
                     f"The case changed since you read it (you had version {expected}, it is "
                     f"now version {now}). What you typed is kept below: look at the case as "
