@@ -46,8 +46,7 @@ class CaseChangeForm(forms.ModelForm):
         data = super().clean() or self.cleaned_data
         expected = data.get("expected_version")
         if self.instance.pk and expected is not None:
-            current = Case.objects.filter(pk=self.instance.pk).values_list("version", flat=True)
-            now = current.first()
+            now = Case.objects.filter(pk=self.instance.pk).values_list("version", flat=True).first()
             if now is not None and now != expected:
                 # The bound data (immutable as received), with the version shown now.
                 shown = {self.add_prefix("expected_version"): str(now)}

@@ -163,9 +163,10 @@ class ChangeKind:
         already holds the change (:meth:`holds`), whether the order is still open, and that an
         irreversible change cannot be undone."""
         notes = []
-        if self.holds(self.seen(order), change):
+        seen = self.seen(order)
+        if self.holds(seen, change):
             notes.append(
-                f"The order already has this ({self.describe_seen(self.seen(order))}): "
+                f"The order already has this ({self.describe_seen(seen)}): "
                 "approving sends it again and changes nothing; reject it if the request is met"
             )
         if order.status != "open":

@@ -39,7 +39,7 @@ class _Handler:
 
 class MailSink:
     """``start()`` listens on a free port of 127.0.0.1; ``env()`` is what a cluster needs to
-    send to it (Django's SMTP backend); ``told(keys)`` checks each key arrived once."""
+    send to it (Django's SMTP backend); ``told_once(keys)`` checks each key arrived once."""
 
     def __init__(self) -> None:
         self.handler = _Handler()
