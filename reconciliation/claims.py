@@ -14,6 +14,7 @@ import contextlib
 import datetime as dt
 import functools
 import logging
+import math
 import os
 import threading
 import time
@@ -814,8 +815,14 @@ class _Heartbeats:
     """One thread per process renews the leases of the attempts waiting under
     :func:`keep_alive`, each every heartbeat interval. A thread of their own for each call
     cost a thread's start and join on every apply. The thread holds a database connection
-    only while someone waits (it closes it when nobody does), and a forked child starts its
-    own (``os.register_at_fork``)."""
+    only while someone waits (it closes it when it wakes to find nobody does), and a forked
+    child starts its own (``os.register_at_fork``).
+
+    The thread is woken only when it must renew sooner than it planned to wake: a call that
+    ends is not a reason to wake it (it finds the call gone when it wakes), and a call that
+    begins is one only when the thread sleeps past the new call's first renewal. A worker
+    applying one case after another so wakes it about once an interval, not twice a case: each
+    wake was a switch of threads, on a busy machine a wait for a core."""
 
     def __init__(self) -> None:
         self._reset()
@@ -824,6 +831,9 @@ class _Heartbeats:
         self._cond = threading.Condition()
         self._waiting: set[_Waiting] = set()
         self._thread: threading.Thread | None = None
+        self._wakes_at = math.inf  # when the thread's wait ends by itself (monotonic)
+        self._linger = 0.0  # how long it waits on once nobody does: the last call's interval
+        self.wakes = 0  # how often the thread's wait ended (read by the tests)
 
     def wait_on(self, attempt: Attempt, interval: float) -> _Waiting:
         waiting = _Waiting(
@@ -841,17 +851,22 @@ class _Heartbeats:
                 )
                 self._thread.start()
             self._waiting.add(waiting)
-            self._cond.notify()
+            self._linger = interval
+            if waiting.due < self._wakes_at:
+                self._cond.notify()
         return waiting
 
     def done(self, waiting: _Waiting) -> None:
+        """The call is over: no renewal of it from now on (the thread is not woken for it)."""
         with self._cond:
             self._waiting.discard(waiting)
-            self._cond.notify()
 
     def _due(self) -> list[_Waiting]:
-        """Block until some attempt is due (or nobody waits: then close the connection)."""
+        """Block until some attempt is due. When nobody waits, the thread waits one more
+        interval (the next call most likely begins meanwhile, and it need not be woken for
+        it); nobody waiting then either, it closes its connection and sleeps until a call."""
         with self._cond:
+            idle = False
             while True:
                 now = time.monotonic()
                 due = [w for w in self._waiting if w.due <= now]
@@ -859,11 +874,18 @@ class _Heartbeats:
                     for waiting in due:
                         waiting.due = now + waiting.interval
                     return due
-                if not self._waiting:
-                    connection.close()  # nobody waits: hold no connection while idle
-                    self._cond.wait()
+                if self._waiting:
+                    idle = False
+                    self._wakes_at = min(w.due for w in self._waiting)
+                elif not idle:
+                    idle = True
+                    self._wakes_at = now + self._linger
                 else:
-                    self._cond.wait(min(w.due for w in self._waiting) - now)
+                    connection.close()  # nobody waits: hold no connection while idle
+                    self._wakes_at = math.inf
+                self._cond.wait(None if self._wakes_at == math.inf else self._wakes_at - now)
+                self._wakes_at = -math.inf  # awake: it looks at every call before it waits again
+                self.wakes += 1
 
     def _run(self) -> None:
         while True:

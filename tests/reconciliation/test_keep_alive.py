@@ -96,3 +96,30 @@ def _other_backends() -> int:
             "AND pid <> pg_backend_pid()"
         )
         return cursor.fetchone()[0]
+
+
+def test_calls_one_after_another_do_not_wake_the_heartbeat_thread_each_time():
+    """Each wake of the heartbeat thread is a switch of threads (on a busy machine, a wait for
+    a core): a worker's calls, one after another and each shorter than the heartbeat
+    interval, wake it about once an interval, not at each call's start and end."""
+    from types import SimpleNamespace
+
+    from reconciliation.claims import _Heartbeats
+
+    beats = _Heartbeats()
+    attempt = SimpleNamespace(pk=1, fencing_token=1, reference="D-1-a1")
+    for _ in range(100):
+        waiting = beats.wait_on(attempt, 30.0)
+        time.sleep(0.002)  # the call (a write to the order system)
+        beats.done(waiting)
+        time.sleep(0.001)  # the worker's own steps until its next call
+    time.sleep(0.2)  # the first call started the thread: let it settle into its wait
+    assert beats.wakes <= 2, beats.wakes
+    # A call due sooner than the thread's planned wake wakes it at once.
+    before = beats.wakes
+    soon = beats.wait_on(attempt, 1.0)
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline and beats.wakes == before:
+        time.sleep(0.01)
+    beats.done(soon)
+    assert beats.wakes > before, "a call due sooner than the thread's planned wake waited"
