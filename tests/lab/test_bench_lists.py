@@ -7,14 +7,17 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+from django.conf import settings
 from django.db import connection, transaction
 
+from cases.paging import BoundedCountAdminMixin
 from cases.roles import ensure_roles
 from lab.bench.lists import BENCH_TEAM_ID, OPEN_WINDOW, seed
 
 pytestmark = pytest.mark.django_db
 
-PAGE = 100  # the admin's and the API's page
+# The longer of the admin's and the API's pages.
+PAGE = max(BoundedCountAdminMixin.list_per_page, settings.REST_FRAMEWORK["PAGE_SIZE"])
 
 
 def _open_work(size: int) -> Counter[tuple[int, str]]:
