@@ -16,8 +16,8 @@ from cases.selectors import scoped_to_teams
 
 
 def proposals_for(user) -> QuerySet[Proposal]:
-    """Proposals of the user's teams' cases (``cases.selectors.scoped_to_teams``: a join, so a
-    queue page counts with no subquery over cases), with what each row shows."""
+    """Proposals of the user's teams' cases (``cases.selectors.scoped_to_teams``: the teams
+    named, so a queue page counts with no subquery over cases), with what each row shows."""
     return scoped_to_teams(Proposal.objects.all(), user, case="case").select_related(
         "case__team", "operation", "prepared_by"
     )

@@ -31,21 +31,32 @@ def teams_for(user) -> QuerySet[Team]:
     return Team.objects.filter(members=user)
 
 
+def team_ids_of(user) -> list[int]:
+    """The ids of the teams ``user`` is a member of, read now (one look at the membership)."""
+    return list(
+        Team.members.through.objects.filter(user=user)
+        .order_by("team_id")
+        .values_list("team_id", flat=True)
+    )
+
+
 def scoped_to_teams(qs: _Rows, user, *, case: str) -> _Rows:
     """``qs`` narrowed to the rows whose case (reached by the relation path ``case``; ``""``
     for cases themselves) the user may see: a case of one of their teams, any case for a
     superuser, none for an anonymous caller. This is the one team-scoping rule.
 
-    It is a join on the user's team membership, not ``IN (SELECT … FROM cases)``, so a list
-    page's count and rows are one plain join. A case has one team and a person is a member of a
-    team once, so the join never repeats a row.
+    The user's teams are read first and named in the query (``team_id IN (…)``), not joined:
+    a list page's query then holds two tables fewer, and PostgreSQL's planner weighed every
+    order of joining them (at 1M cases it planned the case list for 9-14 ms and ran it in
+    under 1; the teams named, 2-4 ms). Not ``IN (SELECT … FROM cases)`` either: the count and
+    the rows stay one plain scan. A person of no team sees nothing (an empty ``IN``).
     """
     if user is None or not user.is_authenticated:
         return qs.none()
     if user.is_superuser:
         return qs
     prefix = f"{case}__" if case else ""
-    return qs.filter(**{f"{prefix}team__members": user})
+    return qs.filter(**{f"{prefix}team_id__in": team_ids_of(user)})
 
 
 def cases_for(user) -> CaseQuerySet:
