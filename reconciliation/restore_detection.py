@@ -38,7 +38,7 @@ from approvals.models import Operation
 from cases import kinds
 from cases.exceptions import CaseError
 from cases.fencing import fencing_current
-from cases.models import SystemMarker
+from cases.models import Attempt, SystemMarker
 from reconciliation.client import OrderSystemClient
 from reconciliation.exceptions import OrderSystemError
 
@@ -212,17 +212,27 @@ def restore_detected_at_source(
             f"the order system has seen fencing token {seen.max_token}, above this database's "
             f"sequence ({local}): these records are older than the order system"
         )
-    for item in seen.operations:
-        if not _holdfast_operation(item.operation_key):
-            continue
-        operation = Operation.objects.filter(key=item.operation_key).first()
+    ours = [item for item in seen.operations if _holdfast_operation(item.operation_key)]
+    # Two reads for the whole answer, not two for each operation in it: a first claim after a
+    # quiet spell checked every operation applied since the last check one by one (200 of them,
+    # 400 reads, took a third of a second, which the case approved first waited through).
+    known = {
+        operation.key: operation
+        for operation in Operation.objects.filter(key__in=[item.operation_key for item in ours])
+    }
+    sent = set(
+        Attempt.objects.filter(operation__in=list(known.values()), submitted_at__isnull=False)
+        .values_list("operation_id", flat=True)
+        .distinct()
+    )
+    for item in ours:
+        operation = known.get(item.operation_key)
         if operation is None:
             return (
                 f"the order system applied {item.operation_key} (token {item.fencing_token}), "
                 "an operation these records do not know"
             )
-        sent = operation.attempts.filter(submitted_at__isnull=False).exists()
-        if operation.confirmed_at is None and not sent:
+        if operation.confirmed_at is None and operation.pk not in sent:
             return (
                 f"the order system applied {item.operation_key} (token {item.fencing_token}) "
                 "while these records show no attempt that sent it"

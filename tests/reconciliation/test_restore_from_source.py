@@ -193,6 +193,30 @@ def test_an_operation_the_records_lack_is_a_restore(approved_case, live_orders):
     assert "do not know" in why
 
 
+def test_a_comparison_reads_what_it_is_shown_in_two_queries_however_much(
+    approved_case, live_orders
+):
+    """Each operation the order system shows since the last check is looked up here: all of
+    them in one read of the operations and one of their attempts. One by one, the first claim
+    after a quiet spell checked up to 200 in 400 reads before its case could go."""
+    from django.test.utils import CaptureQueriesContext
+
+    source_verified()
+    marker_through = fencing_current()
+    for _ in range(3):
+        assert apply_case(case_id=approved_case().pk) == "done"
+    source_verified(through=marker_through)  # the three are above the last check
+
+    with CaptureQueriesContext(connection) as captured:
+        assert restore_detected_at_source(force=True) == ""
+
+    def reads(table: str) -> list[str]:
+        return [q["sql"] for q in captured.captured_queries if f'FROM "{table}"' in q["sql"]]
+
+    assert len(reads("approvals_operation")) == 1, reads("approvals_operation")
+    assert len(reads("cases_attempt")) == 1, reads("cases_attempt")
+
+
 def test_a_recent_clean_check_costs_a_claim_no_call(approved_case, live_orders):
     case = approved_case()
     assert restore_detected_at_source() == ""  # asks: nobody did yet
