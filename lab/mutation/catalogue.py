@@ -331,7 +331,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "restore-misses-never-sent-but-applied",
         DETECT,
-        "        if operation.confirmed_at is None and not sent:\n",
+        "        if operation.confirmed_at is None and operation.pk not in sent:\n",
         "        if False:\n",
         (T_RESTORE_SOURCE, T_KINDS),
         "an operation applied at the source that these records show never sent is not a restore",
