@@ -32,12 +32,8 @@ def teams_for(user) -> QuerySet[Team]:
 
 
 def team_ids_of(user) -> list[int]:
-    """The ids of the teams ``user`` is a member of, read now (one look at the membership)."""
-    return list(
-        Team.members.through.objects.filter(user=user)
-        .order_by("team_id")
-        .values_list("team_id", flat=True)
-    )
+    """The ids of :func:`teams_for` ``user``, read now (one query)."""
+    return list(teams_for(user).order_by("pk").values_list("pk", flat=True))
 
 
 def scoped_to_teams(qs: _Rows, user, *, case: str) -> _Rows:
