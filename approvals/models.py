@@ -22,7 +22,10 @@ class Operation(models.Model):
     """The idempotency key the order system sees. One per exact intended change of a case:
     ``change`` whole, in its kind's canonical form, and ``change_hash`` its identity."""
 
-    case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="operations")
+    # Not indexed alone: ``operation_seq_per_case`` (case, sequence) answers every look by case.
+    case = models.ForeignKey(
+        Case, on_delete=models.PROTECT, related_name="operations", db_index=False
+    )
     key = models.CharField(max_length=40, unique=True)
     sequence = models.PositiveIntegerField(
         help_text="1 for {key prefix}-41-1, 2 for {key prefix}-41-2 …"

@@ -268,7 +268,8 @@ class Case(FSMModelMixin, models.Model):
     )
     version = models.PositiveIntegerField(default=1, editable=False)
 
-    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="cases")
+    # Not indexed alone: ``case_number_per_team`` (team, number) answers every look by team.
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="cases", db_index=False)
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="owned_cases"
     )
@@ -736,7 +737,8 @@ class CaseEventQuerySet(models.QuerySet):
 class CaseEvent(models.Model):
     """Append-only audit trail. Only services write it; nothing edits or deletes it."""
 
-    case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="events")
+    # Not indexed alone: ``cases_event_chain_idx`` (case, id) answers every look by case.
+    case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="events", db_index=False)
     action = models.CharField(max_length=80, help_text="Namespaced code, e.g. cases.case.created")
     from_status = models.CharField(max_length=30, blank=True)
     to_status = models.CharField(max_length=30, blank=True)
@@ -763,6 +765,11 @@ class CaseEvent(models.Model):
             models.Index(fields=["case", "version"]),
             # The chain's head: the case's latest event, read by every append.
             models.Index(fields=["case", "id"], name="cases_event_chain_idx"),
+            # The events page filtered by action, counted: one action's events in case order,
+            # merged with the team's cases by their key, stopping at the count's cap. With the
+            # case's index alone, PostgreSQL weighed building a hash of every case of the team
+            # (a quarter of the table) against that, and at 20k cases sometimes chose it.
+            models.Index(fields=["action", "case"], name="event_action_case_idx"),
             # The events page's search (``cases.admin.search``) asks these for the reason and
             # the actor; the case reference through the cases' own index. An event insert costs
             # 0.06 ms more with both (10k single-row inserts; ``cases`` migration 0015).
@@ -796,7 +803,10 @@ class AccountEvent(GuardedModel):
     (``cases/audit.py``, checked by ``manage.py audit_verify``). Never changed or deleted
     (``cases.append_only``; a trigger on PostgreSQL, ``cases`` 0022)."""
 
-    account = models.ForeignKey(CustomerAccount, on_delete=models.PROTECT, related_name="events")
+    # Not indexed alone: ``account_event_chain_idx`` (account, id) answers every look by account.
+    account = models.ForeignKey(
+        CustomerAccount, on_delete=models.PROTECT, related_name="events", db_index=False
+    )
     action = models.CharField(
         max_length=80, help_text="cases.codes.AccountAction, e.g. cases.account.verified"
     )
@@ -924,7 +934,10 @@ class Attempt(GuardedModel):
         NOTIFIED = "notified", "Customer notified"
         CLOSED = "closed", "Case closed"
 
-    case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="attempts")
+    # Not indexed alone: ``attempt_seq_per_case`` (case, sequence) answers every look by case.
+    case = models.ForeignKey(
+        Case, on_delete=models.PROTECT, related_name="attempts", db_index=False
+    )
     operation = models.ForeignKey(
         "approvals.Operation", on_delete=models.PROTECT, related_name="attempts"
     )
@@ -1094,7 +1107,12 @@ class Notification(models.Model):
         db_index=False,  # ``notification_inbox_idx`` leads with it
     )
     case = models.ForeignKey(Case, on_delete=models.PROTECT, related_name="notifications")
-    event = models.ForeignKey(CaseEvent, on_delete=models.PROTECT, related_name="+")
+    event = models.ForeignKey(
+        CaseEvent,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,  # ``notification_once_per_event_and_recipient`` leads with it
+    )
     kind = models.CharField(max_length=20, choices=NotificationKind.choices)
     text = models.CharField(max_length=300, help_text="What happened, in plain words.")
     link = models.CharField(max_length=200, help_text="The page to open (a path).")

@@ -98,6 +98,78 @@ def test_no_list_page_reads_every_case(db, as_bench_lead):
     assert not failures, "\n\n".join(failures)
 
 
+def _cost(plan: str) -> float:
+    """The plan's total estimated cost (its first line's ``cost=start..total``)."""
+    return float(re.search(r"cost=[\d.]+\.\.([\d.]+)", plan).group(1))
+
+
+@pytest.mark.postgres_only
+def test_the_events_of_one_action_are_counted_from_their_index_by_a_clear_margin(db, as_bench_lead):
+    """The events page filtered by action counts the lead's events of that action up to the
+    cap by walking ``event_action_case_idx`` in case order and merging with the team's cases
+    by their key: it stops at the cap, however many cases the team has. Through the case's
+    index alone, the planner costed that merge within 5% of a hash of every case of the team
+    (a quarter of the table), and chose the hash in one CI run: a plan on that edge is the
+    planner's coin toss. The hash must cost a fifth more than the plan chosen."""
+    _seed(20_000, spread=True)
+    page = next(p for p in lists.pages() if p.name == "admin events action filter")
+    counts = [
+        (sql, plan) for sql, plan in _plans(as_bench_lead(), page) if sql.startswith("SELECT COUNT")
+    ]
+    assert len(counts) == 1, counts
+    sql, plan = counts[0]
+    assert "event_action_case_idx" in plan, plan
+    assert "Hash" not in plan, plan
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_mergejoin = off")
+        cursor.execute("SET LOCAL enable_nestloop = off")
+        cursor.execute(f"EXPLAIN {sql}")
+        hashed = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("RESET enable_mergejoin")
+        cursor.execute("RESET enable_nestloop")
+    assert "Hash Join" in hashed, hashed
+    assert _cost(hashed) >= 1.2 * _cost(plan), f"{plan}\n\n{hashed}"
+
+
+@pytest.mark.postgres_only
+def test_no_index_of_a_busy_table_is_the_start_of_another(db):
+    """Every index costs each insert, and each update that is not HOT; a plain index on the
+    leading columns of another index of the same table (the same operator classes) answers
+    nothing the longer one does not. The events' case index was the start of
+    ``cases_event_chain_idx``: five events an apply updated it for nothing; the case's team,
+    the attempt's and the operation's case, the account event's account and the
+    notification's event were the same (``cases`` 0030-0031, ``approvals`` 0010)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT c.relname, ic.relname,
+                   ARRAY(SELECT k || ':' || o FROM unnest(i.indkey::int2[], i.indclass::oid[])
+                         WITH ORDINALITY AS u(k, o, n) ORDER BY n),
+                   i.indisunique,
+                   i.indexprs IS NULL AND i.indpred IS NULL AND am.amname = 'btree'
+            FROM pg_index i
+            JOIN pg_class c ON c.oid = i.indrelid
+            JOIN pg_class ic ON ic.oid = i.indexrelid
+            JOIN pg_am am ON am.oid = ic.relam
+            WHERE c.relname IN ('cases_case', 'cases_caseevent', 'cases_attempt',
+                                'cases_accountevent', 'cases_notification',
+                                'cases_customeraccount', 'approvals_operation',
+                                'approvals_proposal', 'approvals_approval',
+                                'reconciliation_inboundevent')
+            """
+        )
+        rows = [row for row in cursor.fetchall() if row[4]]  # plain btree indexes
+    assert len({row[0] for row in rows}) == 10, rows
+    redundant = [
+        f"{table}: {name} is the start of {other}"
+        for table, name, keys, unique, _plain in rows
+        if not unique
+        for other_table, other, other_keys, _unique, _plain in rows
+        if other_table == table and other != name and other_keys[: len(keys)] == keys
+    ]
+    assert not redundant, redundant
+
+
 @pytest.mark.postgres_only
 @pytest.mark.parametrize(
     ("name", "index"),
