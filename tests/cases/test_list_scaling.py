@@ -246,6 +246,9 @@ def test_who_may_see_an_inbound_event_is_one_index_look(db, as_bench_lead):
     case_reads = [line.strip() for line in plan.splitlines() if " on cases_case" in line]
     assert case_reads, plan
     assert all("Index Only Scan using case_order_idx" in line for line in case_reads), plan
+    # The lead's teams are named in that look (``team_id IN (…)``, an index condition), not
+    # joined through the teams and their members for each event: two lookups more an event.
+    assert "cases_team" not in plan, plan
     assert list(one) == [event]
 
 
@@ -417,7 +420,11 @@ def test_a_page_is_planned_for_its_values_on_every_request(db, as_bench_lead):
             "django.setup(); from django.conf import settings; "
             "print(settings.DATABASES['default'].get('OPTIONS', {}).get('options', ''))"
         )
-        env = {k: v for k, v in os.environ.items() if k != "DB_PLAN_CACHE_MODE"}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("DB_PLAN_CACHE_MODE", "DB_PARALLEL_WORKERS_PER_QUERY")
+        }
         env["DATABASE_URL"] = "postgres://holdfast@127.0.0.1:5432/unused"
         done = subprocess.run(  # noqa: S603 - our own interpreter
             [sys.executable, "-c", code, command],
@@ -428,9 +435,10 @@ def test_a_page_is_planned_for_its_values_on_every_request(db, as_bench_lead):
         )
         return done.stdout.strip()
 
-    assert options("runserver") == "-c plan_cache_mode=force_custom_plan"
+    serial = "-c max_parallel_workers_per_gather=0"
+    assert options("runserver") == f"-c plan_cache_mode=force_custom_plan {serial}"
     for worker in ("qcluster", "run_cluster", "run_worker"):
-        assert options(worker) == "-c plan_cache_mode=auto", worker
+        assert options(worker) == f"-c plan_cache_mode=auto {serial}", worker
 
 
 @pytest.mark.parametrize("text", ["D-41", 'A <b>"case"</b> & more'])
@@ -485,6 +493,29 @@ def test_a_list_names_the_users_teams_and_joins_no_membership(db, as_bench_lead)
     for sql in listing:
         assert '"cases_team_members"' not in sql, sql
         assert '"cases_case"."team_id" IN (' in sql, sql
+
+
+@pytest.mark.postgres_only
+def test_responsible_now_names_who_is_away_and_joins_no_profile(db, as_bench_lead):
+    """The "responsible now" filter names the staff away today (``owner_id IN (…)``) instead of
+    joining each case's owner to their staff profile: joined, at 1M cases the page's rows took
+    19 ms (a parallel walk of the cases) against 5 ms at 10k, and its count 21 ms against 1.
+    The count reads the cases alone; the rows join the profile only to show who is away."""
+    _seed(200)
+    page = next(p for p in lists.pages() if p.name == "admin changelist responsible now")
+    client = as_bench_lead()
+    client.get(page.path, page.params)
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(page.path, page.params).status_code == 200
+    listing = [q["sql"] for q in captured.captured_queries if 'FROM "cases_case"' in q["sql"]]
+    counts = [sql for sql in listing if sql.startswith("SELECT COUNT(*)")]
+    assert counts, listing
+    for sql in counts:
+        assert '"cases_staffprofile"' not in sql, sql
+    for sql in listing:
+        where = sql.split(" WHERE ", 1)[1]
+        assert '"cases_staffprofile"' not in where, sql
+        assert '"cases_case"."owner_id" IN (' in where, sql
 
 
 @pytest.mark.django_db

@@ -95,6 +95,20 @@ def test_responsible_queryset_follows_the_absence(case, lead, backup, owner_away
     assert list(Case.objects.responsible(lead)) == []
 
 
+def test_responsible_queryset_follows_the_absences_last_day(case, lead, backup, owner_away):
+    """Away through ``away_until`` itself; the day after, the owner is responsible again. A
+    person with no staff profile is never away."""
+    last_day = owner_away.away_until
+    assert list(Case.objects.responsible(backup, on=last_day)) == [case]
+    assert list(Case.objects.responsible(lead, on=last_day)) == []
+    back = last_day + dt.timedelta(days=1)
+    assert list(Case.objects.responsible(backup, on=back)) == []
+    assert list(Case.objects.responsible(lead, on=back)) == [case]
+    owner_away.delete()
+    assert list(Case.objects.responsible(lead)) == [case]
+    assert list(Case.objects.responsible(backup)) == []
+
+
 def test_overdue_follow_up_is_called_out(case, lead):
     case_update_followup(
         case=case,
