@@ -18,7 +18,7 @@ from typing import Any
 from django_fsm import can_proceed
 
 from cases.exceptions import ActionNotPermitted, InvalidCaseInput, TransitionRejected
-from cases.kernel import actor_label, actor_may, set_allowed_now
+from cases.kernel import Worker, actor_label, actor_may, actor_team_ids, set_allowed_now
 from cases.models import TERMINAL_STATUSES, Case, Status
 
 Text = str | Callable[[Case], str]
@@ -93,15 +93,29 @@ def who_may(action: CaseAction) -> str:
 
 
 def case_actions(case: Case, actor=None) -> list[CaseAction]:
-    """The actions whose guards hold now, and that ``actor`` may take (everyone's if None)."""
+    """The actions whose guards hold now, and that ``actor`` may take (everyone's if None).
+
+    One look each: the guards that read other tables are read once for the whole list
+    (``Case.guards_read_once``), and the actor's teams once, when a permission first asks."""
     found = []
-    for action in sorted(_REGISTRY.values(), key=lambda a: (a.order, a.name)):
-        if not action.available(case):
-            continue
-        if actor is not None and not actor_may(actor, action.permission, case):
-            continue
-        found.append(action)
+    team_ids: frozenset[int] | None = None
+    with case.guards_read_once():
+        for action in sorted(_REGISTRY.values(), key=lambda a: (a.order, a.name)):
+            if not action.available(case):
+                continue
+            if actor is not None:
+                if team_ids is None and _asks_membership(actor):
+                    team_ids = actor_team_ids(actor)
+                if not actor_may(actor, action.permission, case, team_ids=team_ids):
+                    continue
+            found.append(action)
     return found
+
+
+def _asks_membership(actor) -> bool:
+    """Whether :func:`actor_may` would look at ``actor``'s teams (a person, active, not a
+    superuser): a worker, an inactive person or a superuser is answered without them."""
+    return not isinstance(actor, Worker) and actor.is_active and not actor.is_superuser
 
 
 def allowed_transitions(case: Case, actor=None) -> list[str]:

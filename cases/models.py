@@ -9,7 +9,8 @@ writes one ``CaseEvent`` in the same transaction.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, cast
 
 from django.conf import settings
@@ -489,6 +490,33 @@ class Case(FSMModelMixin, models.Model):
         return FollowUpState.ON_TIME
 
     # --- guards ---------------------------------------------------------------------------
+    # While ``guards_read_once`` is open: the answers of the guards that read other tables.
+    _guards_read: dict[str, bool] | None = None
+
+    @contextmanager
+    def guards_read_once(self) -> Iterator[None]:
+        """Within, each guard that reads other tables (work in flight, a change applied, a late
+        cancellation) reads them once and answers from that. Listing what may happen next
+        (``cases.actions.case_actions``) asks every transition's guards: the same few came up
+        to six times each. The list is a view of one moment, as the page it is shown on; every
+        service asks again when it acts, under the case's lock."""
+        if self._guards_read is not None:
+            yield
+            return
+        self._guards_read = {}
+        try:
+            yield
+        finally:
+            self._guards_read = None
+
+    def _guard(self, name: str, read: Callable[[], bool]) -> bool:
+        memo = self._guards_read
+        if memo is None:
+            return read()
+        if name not in memo:
+            memo[name] = read()
+        return memo[name]
+
     def account_verified(self) -> bool:
         return self.account.verified
 
@@ -497,14 +525,22 @@ class Case(FSMModelMixin, models.Model):
 
     def nothing_applied(self) -> bool:
         """The change this case is about is not confirmed at the order system."""
-        return not self.operations.filter(
-            confirmed_at__isnull=False,
-            proposals__status__in=["draft", "awaiting_review", "approved"],
-        ).exists()
+        return self._guard(
+            "nothing_applied",
+            lambda: (
+                not self.operations.filter(
+                    confirmed_at__isnull=False,
+                    proposals__status__in=["draft", "awaiting_review", "approved"],
+                ).exists()
+            ),
+        )
 
     def nothing_in_flight(self) -> bool:
         """No attempt is running: nothing can be sent while the case moves this way."""
-        return not self.attempts.filter(state__in=["running", "cancel_requested"]).exists()
+        return self._guard(
+            "nothing_in_flight",
+            lambda: not self.attempts.filter(state__in=["running", "cancel_requested"]).exists(),
+        )
 
     # --- transitions (in memory only; services save and audit) ----------------------------
     @transition(
@@ -726,7 +762,10 @@ class Case(FSMModelMixin, models.Model):
         """Authority was revoked and what was in flight is settled with nothing applied."""
 
     def has_late_cancellation(self) -> bool:
-        return self.cancellations.filter(outcome="after_change").exists()
+        return self._guard(
+            "has_late_cancellation",
+            lambda: self.cancellations.filter(outcome="after_change").exists(),
+        )
 
     @transition(
         field=status,

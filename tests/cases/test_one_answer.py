@@ -237,3 +237,44 @@ def test_home_page_away_form_refuses_another_teams_person(agent, outsider):
     assert not hasattr(type(outsider).objects.get(pk=outsider.pk), "staff_profile") or (
         type(outsider).objects.get(pk=outsider.pk).staff_profile.away_until is None
     )
+
+
+@pytest.mark.parametrize("role", ["lead", "agent", "approver"])
+@pytest.mark.parametrize("ready", [False, True], ids=["new", "ready"])
+def test_listing_what_may_happen_next_runs_no_statement_twice(request, role, ready):
+    """Every transition's guards are asked: the ones that read other tables (work in flight,
+    a change applied) came up to six times each, and the actor's team once per action. Each
+    is now read once for the list."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    user = request.getfixturevalue(role)
+    made = request.getfixturevalue("approved_case")() if ready else request.getfixturevalue("case")
+    fresh = reload(made)
+    with CaptureQueriesContext(connection) as captured:
+        names = [a.name for a in case_actions(fresh, user)]
+    statements = [q["sql"] for q in captured.captured_queries]
+    repeated = {sql for sql in statements if statements.count(sql) > 1}
+    assert not repeated, (names, statements)
+    assert fresh._guards_read is None  # nothing remembered past the list
+
+
+def test_a_guard_read_once_is_read_again_after_the_list(case, lead):
+    """What a list remembered does not outlive it: the next list reads the tables again."""
+    from cases.models import CancellationRequest
+
+    fresh = reload(case)
+    with fresh.guards_read_once():
+        assert not fresh.has_late_cancellation()
+        with fresh.guards_read_once():  # an inner block keeps the outer one's answers
+            assert fresh._guards_read == {"has_late_cancellation": False}
+        CancellationRequest.objects.create(
+            case=fresh,
+            reason="Too late",
+            via="api",
+            requested_by_label="customer",
+            outcome="after_change",
+        )
+        assert not fresh.has_late_cancellation()  # the list's one moment
+    assert fresh._guards_read is None
+    assert fresh.has_late_cancellation()
