@@ -116,51 +116,80 @@ def action_view(
             # cannot happen: say why in plain words on the case page instead.
             model_admin.message_user(request, refusal, messages.ERROR)
             return HttpResponseRedirect(back)
-        return TemplateResponse(
-            request,
-            "admin/cases/case/transition_confirm.html",
-            {
-                **model_admin.admin_site.each_context(request),
-                "opts": model_admin.model._meta,
-                "case": case,
-                "name": name,
-                "label": action.label_for(case),
-                "consequence": action.confirm_for(case),
-                "confirm_label": action.confirm_label_for(case),
-                "danger": action.danger,
-                "form": ActionForm(
-                    initial={"expected_version": case.version},
-                    needs_reason=action.needs_reason,
-                ),
-                "title": f"{case.reference}: {action.label_for(case)}",
-            },
+        form = ActionForm(
+            initial={"expected_version": case.version}, needs_reason=action.needs_reason
         )
+        return _confirm_page(model_admin, request, case, action, form)
     form = ActionForm(request.POST, needs_reason=action.needs_reason)
     if not form.is_valid():
+        if "reason" in form.errors and "expected_version" not in form.errors:
+            # Asked again, on the same page: what is missing is said by the field.
+            model_admin.message_user(
+                request, "Nothing was done: give a reason for this action.", messages.ERROR
+            )
+            return _confirm_page(model_admin, request, case, action, form)
         model_admin.message_user(
             request,
-            "Nothing was done: "
-            + (
-                "give a reason for this action."
-                if "reason" in form.errors
-                else "the page was incomplete; reload it and try again."
-            ),
+            "Nothing was done: the page was incomplete; reload it and try again.",
             messages.ERROR,
         )
         return HttpResponseRedirect(back)
+    reason = form.cleaned_data["reason"]
     try:
         message = action_run(
             case=case,
             name=name,
             actor=person(request),
             expected_version=form.cleaned_data["expected_version"],
-            reason=form.cleaned_data["reason"],
+            reason=reason,
         )
     except CaseError as exc:
-        model_admin.message_user(request, f"Nothing was done: {exc.detail}", messages.ERROR)
+        refused = f"Nothing was done: {exc.detail}"
+        case = scoped_case(model_admin, request, pk)
+        if reason and not _not_offered(case, action, request):
+            # Someone changed the case meanwhile: the page shows it as it is now, with the
+            # reason as typed, to confirm again (or go back). Nothing typed is lost.
+            model_admin.message_user(
+                request, f"{refused} Check the case as it is now and confirm again.", messages.ERROR
+            )
+            form = ActionForm(
+                initial={"expected_version": case.version, "reason": reason},
+                needs_reason=action.needs_reason,
+            )
+            return _confirm_page(model_admin, request, case, action, form)
+        if reason:
+            # The action is not possible any more: the reason as typed goes with the refusal.
+            refused += f" What you wrote: “{reason}”"
+        model_admin.message_user(request, refused, messages.ERROR)
     else:
         model_admin.message_user(request, message, messages.SUCCESS)
     return HttpResponseRedirect(back)
+
+
+def _confirm_page(
+    model_admin: ModelAdmin[Case],
+    request: HttpRequest,
+    case: Case,
+    action: CaseAction,
+    form: ActionForm,
+) -> TemplateResponse:
+    """The action's confirm page: what it does, and the form asking why."""
+    return TemplateResponse(
+        request,
+        "admin/cases/case/transition_confirm.html",
+        {
+            **model_admin.admin_site.each_context(request),
+            "opts": model_admin.model._meta,
+            "case": case,
+            "name": action.name,
+            "label": action.label_for(case),
+            "consequence": action.confirm_for(case),
+            "confirm_label": action.confirm_label_for(case),
+            "danger": action.danger,
+            "form": form,
+            "title": f"{case.reference}: {action.label_for(case)}",
+        },
+    )
 
 
 def evidence_view(model_admin: ModelAdmin[Case], request: HttpRequest, case: Case) -> HttpResponse:

@@ -278,3 +278,55 @@ def test_a_guard_read_once_is_read_again_after_the_list(case, lead):
         assert not fresh.has_late_cancellation()  # the list's one moment
     assert fresh._guards_read is None
     assert fresh.has_late_cancellation()
+
+
+def test_a_confirm_refused_for_a_changed_case_keeps_the_reason_and_shows_the_case_now(case, lead):
+    """Someone changed the case between the confirm page and the click: nothing is done, and
+    the confirm page comes back with the case as it is now and the reason as typed (it went
+    to the case page, and the reason was gone). Confirming again then does it."""
+    client = Client()
+    client.force_login(lead)
+    seen = reload(case).version
+    case_update_followup(case=reload(case), expected_version=seen, actor=lead, next_check_at=None)
+    now = reload(case).version
+    assert now > seen
+    url = reverse("admin:cases_case_action", args=[case.pk, "place_legal_hold"])
+    why = "Legal asked <us> to keep it & all its mail"
+
+    response = client.post(url, {"expected_version": seen, "reason": why})
+
+    assert response.status_code == 200
+    content = response.content.decode()
+    assert "Nothing was done" in content
+    assert "Check the case as it is now and confirm again." in content
+    assert f"at version {now}." in content
+    assert f'name="expected_version" value="{now}"' in content
+    assert "Legal asked &lt;us&gt; to keep it &amp; all its mail</textarea>" in content
+    assert reload(case).legal_hold is False
+
+    done = client.post(url, {"expected_version": now, "reason": why}, follow=True)
+    assert done.status_code == 200
+    assert reload(case).legal_hold is True
+    assert CaseEvent.objects.filter(case=case, reason=why).exists()
+
+
+def test_a_confirm_no_longer_possible_says_why_and_gives_back_the_reason(case, lead):
+    """The action cannot be taken any more (another lead placed the hold meanwhile): the case
+    page says so, and gives back the reason as typed."""
+    from cases.services import case_set_legal_hold
+
+    client = Client()
+    client.force_login(lead)
+    seen = reload(case).version
+    case_set_legal_hold(
+        case=reload(case), expected_version=seen, actor=lead, hold=True, reason="First"
+    )
+    url = reverse("admin:cases_case_action", args=[case.pk, "place_legal_hold"])
+
+    response = client.post(url, {"expected_version": seen, "reason": "Second, typed"}, follow=True)
+
+    content = response.content.decode()
+    assert response.redirect_chain[-1][0] == reverse("admin:cases_case_change", args=[case.pk])
+    assert "Nothing was done" in content
+    assert "What you wrote: “Second, typed”" in content
+    assert not CaseEvent.objects.filter(case=case, reason="Second, typed").exists()
