@@ -1135,6 +1135,7 @@ class NotificationKind(models.TextChoices):
     FOLLOW_UP_DUE = "follow_up_due", "A follow-up is due"
     DONE = "done", "A case you opened is done"
     CANCELLED = "cancelled", "A case you opened is cancelled"
+    HANDED_OVER = "handed_over", "A case waiting on its owner passed to you, the backup"
 
 
 class Notification(models.Model):

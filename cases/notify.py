@@ -18,6 +18,9 @@ Who hears what (DESIGN.md "People are told"):
   settling it, nobody is told.
 - Its follow-up time passes (``cases.reminders``): the person responsible now, and the
   approvers who may decide when the wait is theirs.
+- Its owner goes away while it waits on them (their answer, or a held case only a person
+  settles): the named backup, who is responsible now. A case that waits on nobody's answer
+  tells nobody: it reaches the backup by the rules above when it needs them.
 - It is done or cancelled: the staff member who opened it (``Case.opened_by``). A case that an
   integration or the system opened tells nobody: its caller reads the outcome from the API,
   and a closed case needs no person.
@@ -66,6 +69,8 @@ def notification_kind(event: CaseEvent) -> NotificationKind | None:
     """The notification ``event`` makes, or None (from the event alone: no query)."""
     if event.action == Action.FOLLOW_UP_DUE:
         return NotificationKind.FOLLOW_UP_DUE
+    if event.action == Action.CASE_RESPONSIBILITY_TO_BACKUP:
+        return NotificationKind.HANDED_OVER
     if event.action in _HELD_GIVE_UPS:
         return NotificationKind.HELD  # the workers gave up on a held case
     if event.action != Action.CASE_TRANSITIONED or event.from_status == event.to_status:
@@ -89,6 +94,12 @@ def _held_becomes_persons(case: Case, event: CaseEvent) -> bool:
     )
     told = Notification.objects.filter(case=case, kind=NotificationKind.HELD)
     return not told.filter(event_id__gte=arrived or 0).exists()
+
+
+def _waits_on_its_person(case: Case) -> bool:
+    """``case`` waits on the person responsible for it: their answer, or a held case that only
+    a person settles now."""
+    return case.waiting_on == WaitingOn.OWNER or held_waits_on_person(case)
 
 
 def case_path(case: Case) -> str:
@@ -118,6 +129,7 @@ _WORDS: dict[NotificationKind, str] = {
     NotificationKind.FOLLOW_UP_DUE: "{case}: its follow-up time has passed",
     NotificationKind.DONE: "{case}, which you opened, is done",
     NotificationKind.CANCELLED: "{case}, which you opened, is cancelled",
+    NotificationKind.HANDED_OVER: "{case} waits on you now: its owner is away",
 }
 
 
@@ -148,6 +160,8 @@ def notifications_for(case: Case, event: CaseEvent) -> list[Notification]:
     if kind is None:
         return []
     if kind == NotificationKind.HELD and not _held_becomes_persons(case, event):
+        return []
+    if kind == NotificationKind.HANDED_OVER and not _waits_on_its_person(case):
         return []
     people = _unique_active(_recipients(case, kind), actor_id=event.actor_id)
     if not people:

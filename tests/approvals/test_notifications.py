@@ -3,6 +3,8 @@ that causes it, once per event and recipient, never to the actor, shown in their
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from django.contrib.auth.models import Group
 from django.db import connection, transaction
@@ -79,8 +81,39 @@ def test_rejected_held_and_needs_attention_tell_the_responsible_person_or_the_ba
     with transaction.atomic():
         apply_transition(lock_case(checked_case.pk), "escalate", actor=SYSTEM, reason="stuck")
     assert _told(_last_event(checked_case)) == {("backup", "needs_attention")}
-    text = Notification.objects.get(recipient=backup).text
+    text = Notification.objects.get(recipient=backup, kind="needs_attention").text
     assert text.startswith(f"{checked_case.reference} needs attention")
+
+
+def test_an_owner_going_away_tells_the_backup_of_each_case_that_waits_on_them(
+    checked_case, make_case, agent, approver, lead, backup, submit
+):
+    """The owner was told their rejected proposal waits on them; they go away: the backup, who
+    is responsible now, is told, once, with the hand-over's reason. A case that waits on nobody's
+    answer (here a new one, waiting on the workers) tells nobody now; a person who is back
+    (responsibility returns) tells nobody either."""
+    proposal = submit(checked_case, agent)
+    services.proposal_reject(proposal=proposal, actor=approver, reason="Wrong week")
+    assert reload(checked_case).waiting_on == "owner"
+    quiet = make_case()
+    assert reload(quiet).waiting_on != "owner"
+    until = timezone.localdate() + dt.timedelta(days=2)
+
+    staff_set_away(user=lead, away_until=until, actor=lead)
+
+    handed = Notification.objects.get(kind="handed_over")
+    assert (handed.recipient, handed.case_id) == (backup, checked_case.pk)
+    assert handed.text.startswith(f"{checked_case.reference} waits on you now: its owner is away")
+    assert "the named backup" in handed.text
+    assert handed.link == reverse("admin:cases_case_change", args=[checked_case.pk])
+    assert handed.email_state == Notification.Email.PENDING
+    assert CaseEvent.objects.filter(
+        case=quiet, action="cases.case.responsibility_to_backup"
+    ).exists()  # the quiet case's hand-over is on its timeline, and told nobody
+
+    staff_set_away(user=lead, away_until=until, actor=lead)  # no change: nothing again
+    staff_set_away(user=lead, away_until=None, actor=lead)  # back
+    assert Notification.objects.filter(kind="handed_over").count() == 1
 
 
 def test_nobody_is_told_of_their_own_action(case, lead):
