@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from django_fsm import can_proceed
@@ -105,7 +106,9 @@ def case_actions(case: Case, actor=None) -> list[CaseAction]:
                 continue
             if actor is not None:
                 if team_ids is None and _asks_membership(actor):
-                    team_ids = actor_team_ids(actor)
+                    team_ids = case.read_once(
+                        f"teams of {actor.pk}", partial(actor_team_ids, actor)
+                    )
                 if not actor_may(actor, action.permission, case, team_ids=team_ids):
                     continue
             found.append(action)
@@ -192,7 +195,7 @@ def cancel_situation(case: Case) -> str:
         return "in_flight"
     if not case.nothing_applied():
         return "applied"
-    if case.attempts.exists():
+    if case.read_once("attempts made", case.attempts.exists):
         return "tried"
     return "unsent"
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from django.conf import settings
 from django.contrib.postgres.indexes import GinIndex, OpClass
@@ -29,6 +29,8 @@ from cases.prefixes import free_case_prefix
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
+
+_T = TypeVar("_T")
 
 
 def _conditions(*checks: Callable[[Case], bool]) -> list[Callable[[models.Model], bool]]:
@@ -491,7 +493,7 @@ class Case(FSMModelMixin, models.Model):
 
     # --- guards ---------------------------------------------------------------------------
     # While ``guards_read_once`` is open: the answers of the guards that read other tables.
-    _guards_read: dict[str, bool] | None = None
+    _guards_read: dict[str, Any] | None = None
 
     @contextmanager
     def guards_read_once(self) -> Iterator[None]:
@@ -509,7 +511,8 @@ class Case(FSMModelMixin, models.Model):
         finally:
             self._guards_read = None
 
-    def _guard(self, name: str, read: Callable[[], bool]) -> bool:
+    def read_once(self, name: str, read: Callable[[], _T]) -> _T:
+        """``read()``, or while :meth:`guards_read_once` is open, its first answer."""
         memo = self._guards_read
         if memo is None:
             return read()
@@ -525,7 +528,7 @@ class Case(FSMModelMixin, models.Model):
 
     def nothing_applied(self) -> bool:
         """The change this case is about is not confirmed at the order system."""
-        return self._guard(
+        return self.read_once(
             "nothing_applied",
             lambda: (
                 not self.operations.filter(
@@ -537,7 +540,7 @@ class Case(FSMModelMixin, models.Model):
 
     def nothing_in_flight(self) -> bool:
         """No attempt is running: nothing can be sent while the case moves this way."""
-        return self._guard(
+        return self.read_once(
             "nothing_in_flight",
             lambda: not self.attempts.filter(state__in=["running", "cancel_requested"]).exists(),
         )
@@ -762,7 +765,7 @@ class Case(FSMModelMixin, models.Model):
         """Authority was revoked and what was in flight is settled with nothing applied."""
 
     def has_late_cancellation(self) -> bool:
-        return self._guard(
+        return self.read_once(
             "has_late_cancellation",
             lambda: self.cancellations.filter(outcome="after_change").exists(),
         )

@@ -391,6 +391,12 @@ class CaseDetailSerializer(CaseListSerializer):
             "events",
         ]
 
+    def to_representation(self, instance: Case) -> Any:
+        # The next action's words and the allowed transitions ask the same guards and the
+        # caller's teams: each is read once for the answer (``Case.guards_read_once``).
+        with instance.guards_read_once():
+            return super().to_representation(instance)
+
     def get_next_action(self, case) -> str:
         return describe_next_action(case).text
 

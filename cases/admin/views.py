@@ -46,6 +46,11 @@ def change_url(case: Case) -> str:
 def case_page_context(request: HttpRequest, case: Case) -> dict[str, Any]:
     """What the case page renders: the buttons and forms of the actions this person is offered
     now, the next-action text, and what the apps built on the kernel add (``extend``)."""
+    with case.guards_read_once():  # the buttons and the next action's words ask the same
+        return _case_page_context(request, case)
+
+
+def _case_page_context(request: HttpRequest, case: Case) -> dict[str, Any]:
     actions = case_actions(case, request.user)
     offered_forms = {a.form for a in actions if a.form}
     buttons = [(action, _button(case, action)) for action in actions if not action.form]

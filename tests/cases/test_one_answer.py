@@ -330,3 +330,32 @@ def test_a_confirm_no_longer_possible_says_why_and_gives_back_the_reason(case, l
     assert "Nothing was done" in content
     assert "What you wrote: “Second, typed”" in content
     assert not CaseEvent.objects.filter(case=case, reason="Second, typed").exists()
+
+
+@pytest.mark.parametrize("surface", ["api", "admin"])
+def test_a_case_answer_reads_each_guard_once(request, surface, case, lead, api):
+    """The API's case (its next action in words and its allowed transitions) and the admin's
+    case page (its buttons and its next action) ask the same guards: each guard's read runs
+    once for the answer (three times "a change applied", twice "work in flight" before)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    fresh = reload(case)
+    if surface == "api":
+        client = api(lead)
+        path = f"/api/cases/{fresh.reference}/"
+    else:
+        client = Client()
+        client.force_login(lead)
+        path = reverse("admin:cases_case_change", args=[fresh.pk])
+    assert client.get(path).status_code == 200
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(path).status_code == 200
+    guards = [
+        q["sql"]
+        for q in captured.captured_queries
+        if q["sql"].startswith("SELECT 1 AS")
+        and any(t in q["sql"] for t in ('"cases_attempt"', '"approvals_operation"'))
+    ]
+    assert guards, [q["sql"] for q in captured.captured_queries]
+    assert len(guards) == len(set(guards)), guards
