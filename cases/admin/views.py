@@ -22,9 +22,10 @@ from cases import services
 from cases.actions import CaseAction, action_run, case_actions, get_action, who_may
 from cases.admin.extend import EXTENSIONS, CaseForm
 from cases.admin.forms import ActionForm, EvidenceForm
-from cases.exceptions import CaseError
+from cases.case_story import event_sentence
+from cases.exceptions import CaseError, VersionConflict
 from cases.kernel import actor_may
-from cases.models import Case
+from cases.models import Case, CaseEvent
 from cases.next_action import describe_next_action
 
 
@@ -151,12 +152,10 @@ def action_view(
     except CaseError as exc:
         refused = f"Nothing was done: {exc.detail}"
         case = scoped_case(model_admin, request, pk)
-        if reason and not _not_offered(case, action, request):
+        if reason and isinstance(exc, VersionConflict) and not _not_offered(case, action, request):
             # Someone changed the case meanwhile: the page shows it as it is now, with the
             # reason as typed, to confirm again (or go back). Nothing typed is lost.
-            model_admin.message_user(
-                request, f"{refused} Check the case as it is now and confirm again.", messages.ERROR
-            )
+            model_admin.message_user(request, _changed_meanwhile(case, exc), messages.ERROR)
             form = ActionForm(
                 initial={"expected_version": case.version, "reason": reason},
                 needs_reason=action.needs_reason,
@@ -169,6 +168,22 @@ def action_view(
     else:
         model_admin.message_user(request, message, messages.SUCCESS)
     return HttpResponseRedirect(back)
+
+
+def _changed_meanwhile(case: Case, exc: VersionConflict) -> str:
+    """The refusal of a confirm whose case changed meanwhile, naming the last change."""
+    last = CaseEvent.objects.filter(case=case).select_related("actor").order_by("-id").first()
+    what = ""
+    if last is not None:
+        sentence = event_sentence(last)
+        text = sentence.text if sentence.actor_named else f"{sentence.text}, by {sentence.actor}"
+        what = f": {text}"
+    seen = exc.extra.get("expected_version")
+    return (
+        f"Nothing was done: {case.reference} changed while you were deciding (version {seen} → "
+        f"{case.version}{what}). Here it is as it is now, with your reason kept: check it and "
+        "confirm again, or go back."
+    )
 
 
 def _confirm_page(

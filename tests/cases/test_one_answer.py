@@ -298,7 +298,9 @@ def test_a_confirm_refused_for_a_changed_case_keeps_the_reason_and_shows_the_cas
     assert response.status_code == 200
     content = response.content.decode()
     assert "Nothing was done" in content
-    assert "Check the case as it is now and confirm again." in content
+    assert f"{case.reference} changed while you were deciding (version {seen} → {now}: " in content
+    assert "with your reason kept: check it and confirm again, or go back." in content
+    assert "Reload" not in content  # the page is the reload
     assert f"at version {now}." in content
     assert f'name="expected_version" value="{now}"' in content
     assert "Legal asked &lt;us&gt; to keep it &amp; all its mail</textarea>" in content
