@@ -59,6 +59,12 @@ def withdraw_before_new_evidence(case: Case, reason: str) -> None:
     proposals_withdraw_open(case, reason)
 
 
+def withdraw_when_closed(case: Case, reason: str) -> None:
+    """The case was cancelled or stopped: its open proposal is withdrawn and its approvals
+    revoked, in the closing transaction (the case locked by the caller)."""
+    proposals_withdraw_open(case, reason)
+
+
 def register() -> None:
     extensions.register_queue(
         extensions.QueueSource("review", review_queue_for, case_lookup="case__")
@@ -70,4 +76,5 @@ def register() -> None:
     extensions.register_decision_path(decision_path)
     extensions.register_decisions(decisions_of)
     extensions.register_before_evidence_replaced(withdraw_before_new_evidence)
+    extensions.register_on_closed_unapplied(withdraw_when_closed)
     extensions.register_on_payload_purged(proposals_purge_changes)

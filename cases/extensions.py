@@ -210,6 +210,31 @@ def before_evidence_replaced(case: Case, reason: str) -> None:
         hook(case, reason)
 
 
+# --- when a case closes with nothing applied (``cases.kernel.apply_transition``) -------------
+
+# Called as ``hook(case, reason)`` when a transition cancels or stops a case (nothing of its
+# change applied), after the transition's event, in its transaction, the case locked: what an
+# upper app holds open for the case closes too (approvals: the open proposal is withdrawn and
+# its approvals revoked, so no approver is asked to decide a closed case).
+OnClosedUnapplied = Callable[[Case, str], object]
+
+ON_CLOSED_UNAPPLIED: list[OnClosedUnapplied] = []
+# The statuses that close a case with nothing applied.
+CLOSED_UNAPPLIED = frozenset({Status.CANCELLED, Status.STOPPED})
+
+
+def register_on_closed_unapplied(hook: OnClosedUnapplied) -> OnClosedUnapplied:
+    if hook not in ON_CLOSED_UNAPPLIED:
+        ON_CLOSED_UNAPPLIED.append(hook)
+    return hook
+
+
+def on_closed_unapplied(case: Case, reason: str) -> None:
+    """Run the registered hooks, in registration order, for the locked ``case``."""
+    for hook in ON_CLOSED_UNAPPLIED:
+        hook(case, reason)
+
+
 # --- when a case's payload is purged (``cases.retention.case_purge``) ------------------------
 
 # Called as ``hook(case)`` inside the purge's step, the case locked: the rows an upper app keeps

@@ -48,6 +48,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from django_fsm import can_proceed
 
+from cases import extensions
 from cases.audit import event_hash
 from cases.codes import Action
 from cases.exceptions import ActionNotPermitted, TransitionRejected, VersionConflict
@@ -467,7 +468,7 @@ def apply_transition(
         case.next_check_at = None
         fields += ["closed_at", "retention_until", "next_check_at"]
     bump_and_save(case, fields, follow_up=follow_up)
-    return record_event(
+    event = record_event(
         case=case,
         action=Action.CASE_TRANSITIONED,
         actor=actor,
@@ -477,6 +478,11 @@ def apply_transition(
         detail={"transition": name, **(detail or {})},
         head=head,
     )
+    if case.status in extensions.CLOSED_UNAPPLIED:
+        extensions.on_closed_unapplied(
+            case, f"{case.reference} was {case.get_status_display().lower()}: {reason}"
+        )
+    return event
 
 
 # --- the claim's compare-and-set ------------------------------------------------------------

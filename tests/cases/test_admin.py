@@ -277,7 +277,7 @@ def test_transition_through_the_admin_with_stale_version_is_refused(as_lead, lea
 
     assert events_after(case, before_id) == []
     assert reload(case).status == Status.NEEDS_ATTENTION
-    assert any("changed since you read it" in str(m) for m in response.context["messages"])
+    assert any("changed while you were deciding" in str(m) for m in response.context["messages"])
 
 
 def test_admin_transition_page_for_unknown_name_is_not_found(as_lead, case):
