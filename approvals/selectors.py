@@ -24,10 +24,12 @@ def proposals_for(user) -> QuerySet[Proposal]:
 
 
 def review_queue_for(user) -> QuerySet[Proposal]:
-    """Proposals awaiting a decision in the user's teams, oldest first."""
+    """Proposals awaiting a decision in the user's teams, oldest first: those of cases that
+    await review (a case closed before its proposal was withdrawn with it, as rows written
+    before that rule may be, is nobody's decision)."""
     return (
         proposals_for(user)
-        .filter(status=Proposal.Status.AWAITING_REVIEW)
+        .filter(status=Proposal.Status.AWAITING_REVIEW, case__status=CaseStatus.AWAITING_REVIEW)
         .order_by("submitted_at", "pk")
     )
 
@@ -43,7 +45,6 @@ def proposals_decidable_by(user) -> QuerySet[Proposal]:
         return Proposal.objects.none()
     return (
         review_queue_for(user)
-        .filter(case__status=CaseStatus.AWAITING_REVIEW)
         .exclude(authors__user=user)
         .exclude(prepared_by=user)
     )

@@ -58,3 +58,16 @@ def test_a_stopped_case_withdraws_its_proposal(proposal, lead):
     proposal.refresh_from_db()
     assert reload(case).status == Status.STOPPED
     assert proposal.status == Proposal.Status.WITHDRAWN
+
+
+def test_a_proposal_left_awaiting_review_on_a_closed_case_is_in_nobodys_queue(proposal, approver):
+    """Rows written before the rule above: the case closed, its proposal still awaiting
+    review. The queue, its tile's count and "mine to answer" leave it out."""
+    from approvals.selectors import proposals_decidable_by
+    from cases.models import Case
+
+    Case.objects.filter(pk=proposal.case_id).update(status=Status.CANCELLED)
+    assert reload(proposal.case).status == Status.CANCELLED
+    assert proposal.status == Proposal.Status.AWAITING_REVIEW
+    assert list(review_queue_for(approver)) == []
+    assert list(proposals_decidable_by(approver)) == []
