@@ -43,11 +43,7 @@ def proposals_decidable_by(user) -> QuerySet[Proposal]:
         return Proposal.objects.none()
     if not (user.is_superuser or user.has_perm("approvals.approve_proposal")):
         return Proposal.objects.none()
-    return (
-        review_queue_for(user)
-        .exclude(authors__user=user)
-        .exclude(prepared_by=user)
-    )
+    return review_queue_for(user).exclude(authors__user=user).exclude(prepared_by=user)
 
 
 def approvals_for(user) -> QuerySet[Approval]:
