@@ -97,6 +97,8 @@ class StatusFilter(admin.SimpleListFilter):
         return Proposal.Status.choices
 
     def queryset(self, request, queryset):
+        if self.value() == Proposal.Status.AWAITING_REVIEW:
+            return selectors.awaiting_review(queryset)  # the approvers' queue
         return queryset.filter(status=self.value()) if self.value() else queryset
 
 

@@ -42,7 +42,10 @@ class ProposalViewSet(
         if status is not None:
             if status not in Proposal.Status.values:
                 raise ValidationError({"status": [f"Unknown status {status!r}."]})
-            qs = qs.filter(status=status)
+            if status == Proposal.Status.AWAITING_REVIEW:
+                qs = selectors.awaiting_review(qs)  # the approvers' queue
+            else:
+                qs = qs.filter(status=status)
         return qs.order_by("submitted_at", "pk")
 
     def get_serializer(self, *args, **kwargs):

@@ -23,15 +23,19 @@ def proposals_for(user) -> QuerySet[Proposal]:
     )
 
 
-def review_queue_for(user) -> QuerySet[Proposal]:
-    """Proposals awaiting a decision in the user's teams, oldest first: those of cases that
-    await review (a case closed before its proposal was withdrawn with it, as rows written
-    before that rule may be, is nobody's decision)."""
-    return (
-        proposals_for(user)
-        .filter(status=Proposal.Status.AWAITING_REVIEW, case__status=CaseStatus.AWAITING_REVIEW)
-        .order_by("submitted_at", "pk")
+def awaiting_review(proposals: QuerySet[Proposal]) -> QuerySet[Proposal]:
+    """The ``proposals`` that await a decision: awaiting review, on a case that awaits review.
+    A case cancelled or stopped withdraws its proposal with it; rows written before that rule
+    may hold one still "awaiting review" on a closed case, which is nobody's decision. The
+    approvers' queue (the admin's, the API's, the home tile's count) is this, one rule."""
+    return proposals.filter(
+        status=Proposal.Status.AWAITING_REVIEW, case__status=CaseStatus.AWAITING_REVIEW
     )
+
+
+def review_queue_for(user) -> QuerySet[Proposal]:
+    """Proposals awaiting a decision in the user's teams, oldest first."""
+    return awaiting_review(proposals_for(user)).order_by("submitted_at", "pk")
 
 
 def proposals_decidable_by(user) -> QuerySet[Proposal]:
