@@ -19,7 +19,13 @@ from typing import Any
 from django_fsm import can_proceed
 
 from cases.exceptions import ActionNotPermitted, InvalidCaseInput, TransitionRejected
-from cases.kernel import Worker, actor_label, actor_may, actor_team_ids, set_allowed_now
+from cases.kernel import (
+    actor_label,
+    actor_may,
+    actor_team_ids,
+    asks_membership,
+    set_allowed_now,
+)
 from cases.models import TERMINAL_STATUSES, Case, Status
 
 Text = str | Callable[[Case], str]
@@ -105,7 +111,7 @@ def case_actions(case: Case, actor=None) -> list[CaseAction]:
             if not action.available(case):
                 continue
             if actor is not None:
-                if team_ids is None and _asks_membership(actor):
+                if team_ids is None and asks_membership(actor):
                     team_ids = case.read_once(
                         f"teams of {actor.pk}", partial(actor_team_ids, actor)
                     )
@@ -113,12 +119,6 @@ def case_actions(case: Case, actor=None) -> list[CaseAction]:
                     continue
             found.append(action)
     return found
-
-
-def _asks_membership(actor) -> bool:
-    """Whether :func:`actor_may` would look at ``actor``'s teams (a person, active, not a
-    superuser): a worker, an inactive person or a superuser is answered without them."""
-    return not isinstance(actor, Worker) and actor.is_active and not actor.is_superuser
 
 
 def allowed_transitions(case: Case, actor=None) -> list[str]:
