@@ -3,7 +3,7 @@ from django.apps import AppConfig
 
 class CasesConfig(AppConfig):
     name = "cases"
-    verbose_name = "Cases"
+    verbose_name = "Case desk"
 
     def ready(self) -> None:
         from django.conf import settings

@@ -30,6 +30,19 @@ def test_the_case_page_is_titled_by_the_case_not_change_case(client, lead, case)
     assert "Change case" not in html
 
 
+def test_the_case_page_breadcrumbs_name_each_step_once(client, lead, case):
+    """The desk, the list, the case: never "Cases › Cases", the app and its model named alike."""
+    case = reload(case)
+
+    html = _page(client, lead, reverse("admin:cases_case_change", args=[case.pk]))
+
+    crumbs = re.search(r'<div class="breadcrumbs">(.*?)</div>', html, re.S).group(1)
+    steps = [re.sub(r"<[^>]+>", "", step).strip() for step in crumbs.split("&rsaquo;")]
+    assert steps[:3] == ["Home", "Case desk", "Cases"], steps
+    assert steps[3].startswith(case.reference), steps
+    assert len(set(steps)) == len(steps), steps
+
+
 def test_the_account_page_is_titled_by_the_account(client, lead, account):
     html = _page(client, lead, reverse("admin:cases_customeraccount_change", args=[account.pk]))
 
