@@ -261,7 +261,10 @@ def case_open(
             # Waiting for the account's verification: the responsible person's clock starts.
             follow_up_refresh(case)
             case.save(force_insert=True)
-            record_event(
+            # Inserted just now, in this transaction: no event yet, and none can be chained
+            # before these (the row is seen by nobody else until it commits).
+            created = record_event(
+                head="",
                 case=case,
                 action=Action.CASE_CREATED,
                 actor=actor,
@@ -280,6 +283,7 @@ def case_open(
                     actor=actor,
                     reason="Verified account: read the order before proposing anything",
                     next_check_at=timezone.now(),
+                    head=created.hash,
                 )
                 enqueue_on_commit("reconciliation.tasks.source_check", case.pk)
     except IntegrityError:

@@ -7,7 +7,9 @@ import threading
 
 import pytest
 from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
 
+from cases.audit import stored_hash
 from cases.exceptions import ActionNotPermitted, InvalidCaseInput, OpenCaseExists
 from cases.kernel import SYSTEM
 from cases.models import Case, CaseEvent, CustomerAccount, Status, WaitingOn
@@ -77,6 +79,21 @@ def test_intake_for_verified_account_writes_created_and_source_check_events(acco
     assert case.waiting_on == WaitingOn.ORDER_SYSTEM
     assert case.next_check_at is not None
     assert (case.owner, case.backup) == (lead, backup)
+
+
+def test_intake_chains_its_events_without_reading_the_chain_back(account):
+    """A case inserted by this intake has no events but the ones it writes, in order: its
+    created event starts the chain and the next links to it, with no read of the chain's head."""
+    with CaptureQueriesContext(connection) as queries:
+        case, _ = _intake(account)
+
+    heads = [
+        q["sql"] for q in queries.captured_queries if '"hash" FROM "cases_caseevent"' in q["sql"]
+    ]
+    assert heads == []
+    created, moved = CaseEvent.objects.filter(case=case).order_by("id")
+    assert (created.prev_hash, moved.prev_hash) == ("", created.hash)
+    assert (created.hash, moved.hash) == (stored_hash(created), stored_hash(moved))
 
 
 def test_intake_for_unverified_account_stays_new_with_one_event(account):
