@@ -87,9 +87,14 @@ def identifier_errors(value: str) -> list[str]:
         return []
     if len(value) > IDENTIFIER_MAX_LENGTH:
         return [f"At most {IDENTIFIER_MAX_LENGTH} characters."]
+    return unprintable_errors(value) or [f"Not a valid identifier: use {IDENTIFIER_RULE}."]
+
+
+def unprintable_errors(value: str) -> list[str]:
+    """A key's character that has no place in it (:func:`first_unprintable`), as a message."""
     if (char := first_unprintable(value)) is not None:
         return [f"Only printable characters: {_describe(char)} is not allowed."]
-    return [f"Not a valid identifier: use {IDENTIFIER_RULE}."]
+    return []
 
 
 def first_unprintable(value: str) -> str | None:

@@ -29,6 +29,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from cases import validation
 from cases.api_errors import ErrorSerializer, error_responses
 from cases.throttling import HookRateThrottle
 from reconciliation.inbound import inbound_event_receive
@@ -114,8 +115,13 @@ def parse_event(body: bytes, header_event_id: str | None) -> dict:
             errors[name] = ["Required: a non-empty string."]
         elif len(value) > max_length:
             errors[name] = [f"At most {max_length} characters."]
+        elif unprintable := validation.unprintable_errors(value):
+            errors[name] = unprintable
         else:
             fields[name] = value
+    if _holds_nul(data):
+        # PostgreSQL stores no NUL in text or jsonb: refused here, not failed on the insert.
+        errors["body"] = ["U+0000 NULL is not allowed anywhere in the event."]
     version = data.get("order_version")
     if (
         isinstance(version, bool)
@@ -139,6 +145,23 @@ def parse_event(body: bytes, header_event_id: str | None) -> dict:
     if errors:
         raise InvalidEvent("The event has invalid fields; nothing was stored.", errors)
     return {**fields, "body": data}
+
+
+def _holds_nul(value: object) -> bool:
+    """Whether a NUL character is in any key or string of the decoded JSON ``value`` (walked
+    without recursion: the body may nest as deep as the JSON parser allows)."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+    return False
 
 
 def _error(status: int, code: str, detail: str, **extra) -> Response:

@@ -311,6 +311,45 @@ def test_malformed_or_incomplete_event_is_invalid_and_not_stored(deliver):
     assert InboundEvent.objects.count() == 0
 
 
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("event_id", "evt-\u202e-1"),  # a bidirectional control
+        ("event_id", "evt-\x00-1"),
+        ("order_id", "ORD-\x07-1"),
+        ("type", "order.\x1bupdated"),
+    ],
+)
+def test_an_event_naming_itself_with_a_control_character_is_invalid_and_not_stored(
+    deliver, field, value
+):
+    body = json.loads(event_bytes("evt-ok", 2))
+    body[field] = value
+
+    response = deliver(json.dumps(body).encode(), HTTP_X_ORDERS_EVENT_ID="")
+
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid"
+    assert field in response.json()["fields"]
+    assert "not allowed" in response.json()["fields"][field][0]
+    assert InboundEvent.objects.count() == 0
+
+
+def test_a_nul_anywhere_in_the_event_is_refused_before_the_database_sees_it(deliver):
+    """PostgreSQL's jsonb takes no U+0000: a signed event carrying one deep inside was a 500."""
+    nested = event_bytes("evt-nul", 2, extra={"lines": [{"note": "a\x00b"}]})
+    in_a_key = event_bytes("evt-nul-key", 2, extra={"k\x00": 1})
+
+    answers = [deliver(nested), deliver(in_a_key)]
+
+    assert [a.status_code for a in answers] == [400, 400]
+    assert all(
+        a.json()["fields"] == {"body": ["U+0000 NULL is not allowed anywhere in the event."]}
+        for a in answers
+    )
+    assert InboundEvent.objects.count() == 0
+
+
 def test_duplicate_delivery_is_stored_once_and_processed_once(deliver, make_case, enqueued):
     case = make_case()
     body = event_bytes("evt-1", 3)
