@@ -17,7 +17,11 @@ from django.urls import reverse
 
 from approvals.models import Proposal
 from approvals.selectors import eligible_approvers, proposals_decidable_by, review_queue_for
-from approvals.services import proposals_purge_changes, proposals_withdraw_open
+from approvals.services import (
+    proposal_record_authors,
+    proposals_purge_changes,
+    proposals_withdraw_open,
+)
 from cases import extensions
 from cases.extensions import Viewer
 from cases.models import Case
@@ -65,6 +69,14 @@ def withdraw_when_closed(case: Case, reason: str) -> None:
     proposals_withdraw_open(case, reason)
 
 
+def record_joined_author(case: Case) -> None:
+    """A person re-sent the case's request: they author its open proposal's intent from now on
+    (recorded in the joining transaction, the case locked by the caller)."""
+    proposal = case.proposals.filter(status__in=Proposal.OPEN).first()
+    if proposal is not None:
+        proposal_record_authors(case=case, proposal=proposal)
+
+
 def register() -> None:
     extensions.register_queue(
         extensions.QueueSource("review", review_queue_for, case_lookup="case__")
@@ -77,4 +89,5 @@ def register() -> None:
     extensions.register_decisions(decisions_of)
     extensions.register_before_evidence_replaced(withdraw_before_new_evidence)
     extensions.register_on_closed_unapplied(withdraw_when_closed)
+    extensions.register_on_request_joined(record_joined_author)
     extensions.register_on_payload_purged(proposals_purge_changes)

@@ -12,7 +12,8 @@ What a contribution may do:
   teams through the selectors (the team wall is theirs to keep); they never write.
 - **Dashboard panels** only read, and return HTML already escaped (``render_to_string``).
 - **The decider provider** only reads: who may decide what a case waits for.
-- **Before-evidence-replaced hooks** and **payload-purged hooks** write. They run inside the
+- **Before-evidence-replaced**, **closed-unapplied**, **request-joined** and **payload-purged
+  hooks** write. They run inside the
   caller's transaction, with the case row locked by the caller's kernel step
   (``cases.kernel.case_step``), so what they write commits or rolls back with the step itself.
   A hook must not start work outside that transaction (use ``transaction.on_commit`` for
@@ -233,6 +234,30 @@ def on_closed_unapplied(case: Case, reason: str) -> None:
     """Run the registered hooks, in registration order, for the locked ``case``."""
     for hook in ON_CLOSED_UNAPPLIED:
         hook(case, reason)
+
+
+# --- when a person joins a case's request (``cases.services.case_open``) ----------------------
+
+# Called as ``hook(case)`` when a person re-sends a case's request and so becomes an author of
+# its intent, after the ``cases.case.request_joined`` event, in its transaction, the case
+# locked: an upper app that keeps who authored what records them at once (approvals: the open
+# proposal's authors, so its page and the API's ``may_decide`` refuse them from then on, as
+# the decision itself does).
+OnRequestJoined = Callable[[Case], object]
+
+ON_REQUEST_JOINED: list[OnRequestJoined] = []
+
+
+def register_on_request_joined(hook: OnRequestJoined) -> OnRequestJoined:
+    if hook not in ON_REQUEST_JOINED:
+        ON_REQUEST_JOINED.append(hook)
+    return hook
+
+
+def on_request_joined(case: Case) -> None:
+    """Run the registered hooks, in registration order, for the locked ``case``."""
+    for hook in ON_REQUEST_JOINED:
+        hook(case)
 
 
 # --- when a case's payload is purged (``cases.retention.case_purge``) ------------------------

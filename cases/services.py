@@ -32,7 +32,7 @@ from cases.exceptions import (
     OpenCaseExists,
     TransitionRejected,
 )
-from cases.extensions import before_evidence_replaced
+from cases.extensions import before_evidence_replaced, on_request_joined
 from cases.followups import follow_up_refresh
 from cases.kernel import (
     KEEP,
@@ -337,6 +337,7 @@ def _request_resent(case: Case, actor: Actor) -> Case:
                 "of this change, who may not approve it",
                 detail={"request_key": locked.request_key},
             )
+            on_request_joined(locked)
     return Case.objects.get(pk=case.pk)
 
 

@@ -223,6 +223,27 @@ def test_who_joins_a_request_after_its_proposal_was_prepared_cannot_approve(
     assert error.extra == {"roles": [Role.JOINED_REQUEST]}
 
 
+def test_who_joins_after_the_proposal_is_told_so_by_its_page_and_the_api_before_deciding(
+    account, agent, dual, api, client
+):
+    """The read says what the decision will say: a join recorded after the proposal was
+    prepared makes the joiner its author at once, not only when they try to decide."""
+    case = _opened_by(agent, account)
+    proposal = _worker_prepares(case)
+    _resend(dual, case)
+
+    body = api(dual).get(f"/api/proposals/{proposal.pk}/").json()
+    client.force_login(dual)
+    page = client.get(reverse("admin:approvals_proposal_change", args=[proposal.pk]))
+
+    assert (body["may_decide"], body["can_decide"]) == (False, False)
+    assert body["why_not"].startswith("You sent the request of this case again")
+    assert ("dual", Role.JOINED_REQUEST) in _authors(proposal)
+    assert page.status_code == 200
+    assert "You sent the request of this case again" in page.content.decode()
+    assert 'id="hf-reject"' not in page.content.decode()
+
+
 def test_the_same_person_re_sending_their_own_request_is_not_recorded_again(account, agent):
     case = _opened_by(agent, account)
     events = CaseEvent.objects.filter(case=case).count()
