@@ -7,7 +7,7 @@ from approvals.models import Approval, Proposal, ProposalAuthor
 from approvals.selectors import DecisionAnswer, decision_answers
 from approvals.services import approval_expiry_bounds
 from cases import kinds
-from cases.serializers import text_field
+from cases.serializers import ClosedBodySerializer, text_field
 from cases.validation import REASON_MAX_LENGTH
 
 
@@ -120,10 +120,10 @@ class ProposalSerializer(serializers.ModelSerializer):
         return self._answer(proposal).deciders
 
 
-class ApproveSerializer(serializers.Serializer):
+class ApproveSerializer(ClosedBodySerializer):
     expires_at = serializers.DateTimeField(required=False)
     reason = text_field(REASON_MAX_LENGTH, required=False, allow_blank=True, default="")
 
 
-class RejectSerializer(serializers.Serializer):
+class RejectSerializer(ClosedBodySerializer):
     reason = text_field(REASON_MAX_LENGTH)

@@ -76,23 +76,18 @@ def text_field(max_length: int, **kwargs) -> serializers.CharField:
 _text = text_field
 
 
-class CaseIntakeBaseSerializer(serializers.Serializer):
-    """What every intake names besides its change."""
+class ClosedBodySerializer(serializers.Serializer):
+    """A request body that takes its own fields and no other: a field it does not take is
+    refused by name with the other errors (a misspelt ``expires_at`` or ``note``, or a
+    ``status``, would otherwise be dropped without a word, and the request done as if it had
+    not been sent). The published schema says ``additionalProperties: false`` for each
+    (``config.schema_bodies``)."""
 
-    account = _key(
-        validation.ACCOUNT_REFERENCE_MAX_LENGTH, help_text="The account reference, e.g. ACC-100"
-    )
-    request_key = identifier_field(
-        help_text="Your key for this request: the same account and key again is the same case."
-    )
-    order_id = identifier_field(help_text="The order to change, e.g. ORD-7731.")
-    note = _text(validation.NOTE_MAX_LENGTH, required=False, allow_blank=True, default="")
+    unknown_field_message = "Unknown field: this request does not take it."
 
     def to_internal_value(self, data: Any) -> Any:
-        """The fields, with a field this intake does not take refused by name (a misspelt
-        ``note`` or a ``status`` would otherwise be dropped without a word)."""
         unknown = sorted(set(data) - set(self.fields)) if isinstance(data, Mapping) else []
-        refused = {name: ["Unknown field: this intake does not take it."] for name in unknown}
+        refused = {name: [self.unknown_field_message] for name in unknown}
         try:
             value = super().to_internal_value(data)
         except serializers.ValidationError as exc:
@@ -102,6 +97,21 @@ class CaseIntakeBaseSerializer(serializers.Serializer):
         if refused:
             raise serializers.ValidationError(refused)
         return value
+
+
+class CaseIntakeBaseSerializer(ClosedBodySerializer):
+    """What every intake names besides its change."""
+
+    unknown_field_message = "Unknown field: this intake does not take it."
+
+    account = _key(
+        validation.ACCOUNT_REFERENCE_MAX_LENGTH, help_text="The account reference, e.g. ACC-100"
+    )
+    request_key = identifier_field(
+        help_text="Your key for this request: the same account and key again is the same case."
+    )
+    order_id = identifier_field(help_text="The order to change, e.g. ORD-7731.")
+    note = _text(validation.NOTE_MAX_LENGTH, required=False, allow_blank=True, default="")
 
     def validate_account(self, value: str):
         accounts = self.context["accounts"]
@@ -201,13 +211,13 @@ def intake_request_schema() -> PolymorphicProxySerializer:
     )
 
 
-class TransitionRequestSerializer(serializers.Serializer):
+class TransitionRequestSerializer(ClosedBodySerializer):
     transition = serializers.ChoiceField(choices=[(t, t) for t in MANUAL_TRANSITIONS])
     expected_version = StrictIntegerField(min_value=1)
     reason = _text(validation.REASON_MAX_LENGTH)
 
 
-class PrepareProposalSerializer(serializers.Serializer):
+class PrepareProposalSerializer(ClosedBodySerializer):
     change = serializers.JSONField(
         help_text="The whole change, of the case's kind (its shape: GET /api/kinds/)."
     )
@@ -215,7 +225,7 @@ class PrepareProposalSerializer(serializers.Serializer):
     reason = _text(validation.SHORT_REASON_MAX_LENGTH, required=False, default="")
 
 
-class CancelRequestSerializer(serializers.Serializer):
+class CancelRequestSerializer(ClosedBodySerializer):
     reason = _text(validation.REASON_MAX_LENGTH)
 
 

@@ -94,6 +94,26 @@ def test_approving_an_already_approved_proposal_is_refused_as_not_current(
     assert Approval.objects.filter(proposal=proposal).count() == 1
 
 
+@pytest.mark.parametrize(
+    ("action", "body", "unknown"),
+    [
+        ("approve", {"expire_at": "2030-01-01T18:00:00Z"}, "expire_at"),  # misspelt expires_at
+        ("approve", {"reason": "ok", "evil": 1}, "evil"),
+        ("reject", {"reason": "Wrong date", "status": "approved"}, "status"),
+    ],
+)
+def test_a_decision_naming_a_field_it_does_not_take_is_400_naming_it_and_decides_nothing(
+    proposal, approver, api, action, body, unknown
+):
+    """A misspelt expiry was dropped without a word and the approval took the default one."""
+    response = api(approver).post(f"/api/proposals/{proposal.pk}/{action}/", body, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["fields"][unknown] == ["Unknown field: this request does not take it."]
+    assert reload(proposal.case).status == Status.AWAITING_REVIEW
+    assert not Approval.objects.exists()
+
+
 def test_reject_without_a_reason_is_400_and_writes_nothing(proposal, approver, api):
     client = api(approver)
     for body in ({}, {"reason": ""}):

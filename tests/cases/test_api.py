@@ -137,6 +137,29 @@ def test_an_unknown_field_is_named_beside_the_other_errors(token_client, account
     assert {"order_id", "colour"} <= set(response.json()["fields"])
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "unknown"),
+    [
+        (
+            "transitions",
+            {"transition": "hold", "reason": "x", "expectedversion": 2},
+            "expectedversion",
+        ),
+        ("cancel", {"reason": "Customer changed their mind", "force": True}, "force"),
+    ],
+)
+def test_a_case_request_naming_a_field_it_does_not_take_is_400_naming_it_and_does_nothing(
+    api, lead, case, writes, path, body, unknown
+):
+    before = writes()
+
+    response = api(lead).post(f"/api/cases/{case.reference}/{path}/", body, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["fields"][unknown] == ["Unknown field: this request does not take it."]
+    assert writes() == before
+
+
 def test_an_address_change_and_a_cancellation_open_cases_of_their_kinds(token_client, account):
     address = {
         "name": "Dana Whitfield",
