@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import exceptions, serializers
 from rest_framework.response import Response
@@ -35,6 +37,18 @@ def error_response(exc: CaseError) -> Response:
 def exception_handler(exc, context):
     if isinstance(exc, CaseError):
         return error_response(exc)
+    if isinstance(exc, RequestDataTooBig):
+        # Django refuses to read a body past DATA_UPLOAD_MAX_MEMORY_SIZE; left to it, the
+        # answer is its HTML "Bad Request" page, not the API's shape.
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return Response(
+            {
+                "error": "request_too_large",
+                "detail": f"The request body is larger than {limit:,} bytes; nothing was read "
+                "or written.",
+            },
+            status=413,
+        )
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
@@ -118,6 +132,7 @@ _ERROR_DESCRIPTIONS = {
     "transition_not_allowed (with allowed) or proposal_not_current (with proposal_status): "
     "reload and decide again; "
     "open_case_exists (with reference): the order has an open case of this kind already.",
+    413: "request_too_large: the body is larger than the server reads; nothing was written.",
     415: "unsupported_media_type: send application/json.",
     429: "throttled: too many requests; wait retry_after seconds (the Retry-After header).",
 }
@@ -126,8 +141,9 @@ COMMON_ERRORS = (401, 405, 406, 429)
 
 
 def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
-    """The documented error answers for a view: ``statuses`` plus ``COMMON_ERRORS``."""
-    wanted = sorted({*statuses, *COMMON_ERRORS})
+    """The documented error answers for a view: ``statuses`` plus ``COMMON_ERRORS``; a view
+    that reads a JSON body (it answers 415) may also answer 413."""
+    wanted = sorted({*statuses, *COMMON_ERRORS, *((413,) if 415 in statuses else ())})
     return {
         status: OpenApiResponse(ErrorSerializer, description=_ERROR_DESCRIPTIONS[status])
         for status in wanted

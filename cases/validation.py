@@ -223,6 +223,11 @@ class TextValidator(RegexValidator):
         return hash((TextValidator, self.max_length, self.required))
 
 
+# The validators above that state a length bound in their own words (``key_errors``,
+# ``identifier_errors``, ``text_errors``): a field holding one needs no other length message.
+LENGTH_BOUNDING_VALIDATORS = (KeyValidator, IdentifierValidator, TextValidator)
+
+
 def parse_id(value: str | None) -> int | None:
     """A primary key from a query string: digits only and within a 64-bit column, else None."""
     if value is None or not value.isascii() or not value.isdigit() or len(value) > 18:

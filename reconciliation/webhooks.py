@@ -183,7 +183,7 @@ class OrderHookView(APIView):
         request={"application/json": OpenApiTypes.OBJECT},
         responses={
             202: OpenApiResponse(OpenApiTypes.OBJECT, description="Stored, or already stored."),
-            **error_responses(400),
+            **error_responses(400, 413),
             401: OpenApiResponse(
                 ErrorSerializer,
                 description="bad_signature: X-Orders-Signature is missing, does not match "

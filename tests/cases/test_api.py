@@ -160,6 +160,41 @@ def test_a_case_request_naming_a_field_it_does_not_take_is_400_naming_it_and_doe
     assert writes() == before
 
 
+def test_a_value_too_long_gets_one_message_saying_by_how_much(token_client, account):
+    """DRF's own "Ensure this field has no more than …" came beside the field's message."""
+    from cases.validation import IDENTIFIER_MAX_LENGTH, NOTE_MAX_LENGTH
+
+    long_note = "n" * 100_000
+    response = token_client.post(
+        "/api/cases/",
+        {**INTAKE, "note": long_note, "order_id": "O" * (IDENTIFIER_MAX_LENGTH + 1)},
+        format="json",
+    )
+
+    fields = response.json()["fields"]
+    assert fields["note"] == [f"At most {NOTE_MAX_LENGTH} characters (this has 100000)."]
+    assert fields["order_id"] == [f"At most {IDENTIFIER_MAX_LENGTH} characters."]
+
+
+@pytest.mark.parametrize("path", ["/api/cases/", "/api/hooks/orders/"])
+def test_a_body_past_the_upload_limit_is_413_in_the_api_shape(
+    token_client, account, settings, writes, path
+):
+    """Django refuses to read it; its HTML "Bad Request" page was the answer."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
+    before = writes()
+
+    response = token_client.post(path, {**INTAKE, "note": "n" * 20_000}, format="json")
+
+    assert response.status_code == 413
+    assert response["Content-Type"].startswith("application/json")
+    assert response.json() == {
+        "error": "request_too_large",
+        "detail": "The request body is larger than 10,000 bytes; nothing was read or written.",
+    }
+    assert writes() == before
+
+
 def test_an_address_change_and_a_cancellation_open_cases_of_their_kinds(token_client, account):
     address = {
         "name": "Dana Whitfield",
