@@ -14,7 +14,8 @@ import pytest
 from cases.models import Status
 from config.statedoc import render_dot, render_markdown
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
 ROLES = ["agent", "approver", "lead", "operator", "integrator", "order-system"]
 
 
@@ -47,3 +48,15 @@ def test_the_readme_links_to_the_docs():
     readme = (DOCS.parent / "README.md").read_text()
     assert "make docs" in readme
     assert "docs/index.md" in readme
+
+
+def test_every_webhook_signature_the_docs_show_is_the_form_the_receiver_checks():
+    """The integrator's guide once showed `sha256=<hex>` alone: following it got 401."""
+    shown = []
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = " ".join(path.read_text().split())
+        shown += [(path.name, m) for m in re.findall(r"X-Orders-Signature: ([^`]*)`", text)]
+
+    assert shown, "no document shows the webhook signature"
+    for name, form in shown:
+        assert form.startswith("t=<seconds>,sha256=<hex HMAC-SHA256("), (name, form)
