@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import re
+import sys
 
 from django.conf import settings
 from rest_framework.exceptions import ParseError
@@ -33,6 +34,19 @@ def json_depth_exceeds(text: str, max_depth: int) -> bool:
     return False
 
 
+# The longest integer Python reads from text (``sys.get_int_max_str_digits``, 4300 by default).
+_MAX_DIGITS = sys.get_int_max_str_digits() or 4300
+
+
+# A JSON string (skipped whole) or a run of more digits than that.
+_LONG_NUMBER = re.compile(rf'"(?:[^"\\]|\\.)*"|[0-9]{{{_MAX_DIGITS + 1},}}', re.DOTALL)
+
+
+def json_number_too_long(text: str) -> bool:
+    """Whether a number outside the strings of ``text`` has more than ``_MAX_DIGITS`` digits."""
+    return any(not match.group().startswith('"') for match in _LONG_NUMBER.finditer(text))
+
+
 class BoundedJSONParser(JSONParser):
     max_depth = 32
 
@@ -46,6 +60,9 @@ class BoundedJSONParser(JSONParser):
             raise ParseError(f"JSON parse error - the body is not valid {encoding}.") from None
         if json_depth_exceeds(text, self.max_depth):
             raise ParseError(f"JSON parse error - nested deeper than {self.max_depth} levels.")
+        if json_number_too_long(text):
+            # Python refuses to read such an integer, in words about its own settings.
+            raise ParseError(f"JSON parse error - a number has more than {_MAX_DIGITS} digits.")
         try:
             return super().parse(io.BytesIO(raw), media_type, parser_context)
         except RecursionError:

@@ -90,6 +90,26 @@ def test_api_body_nested_a_little_is_parsed(api_as, agent, account):
     assert "note" in response.json()["fields"]
 
 
+def test_an_api_number_too_long_to_read_is_400_in_plain_words(api_as, agent, account, writes):
+    """Python's own words ("use sys.set_int_max_str_digits()") reached the caller."""
+    before = writes()
+    digits = "9" * 5000
+    body = json.dumps({**_intake(), "note": digits}).replace(f'"{digits}"', digits)
+    in_a_string = json.dumps({**_intake(), "note": "9" * 3000 + " fine"})
+
+    response = api_as(agent).post("/api/cases/", body, content_type="application/json")
+    after = writes()
+    quoted = api_as(agent).post("/api/cases/", in_a_string, content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "malformed_request",
+        "detail": "JSON parse error - a number has more than 4300 digits.",
+    }
+    assert after == before
+    assert quoted.status_code == 201  # digits inside a string are text
+
+
 @pytest.mark.parametrize("param", ["owner", "responsible", "team"])
 @pytest.mark.parametrize("value", ["abc", "\x00", "99999999999999999999999"])
 def test_admin_case_list_with_a_bad_filter_value_is_not_a_500(browser, lead, case, param, value):
