@@ -389,6 +389,9 @@ class Case(FSMModelMixin, models.Model):
             models.CheckConstraint(
                 condition=Q(backup__isnull=True) | ~Q(backup=models.F("owner")),
                 name="case_backup_is_not_owner",
+                # What a form that breaks it says (the admin's case form validates constraints):
+                # the service's words (``cases.services.case_assign``), not the constraint's name.
+                violation_error_message="The backup must be someone other than the owner.",
             ),
             # One open case per order and kind (``cases.services.case_open`` says so first):
             # different kinds on one order may be open together (cases 0019).

@@ -379,6 +379,12 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         form_url: str = "",
         obj: Case | None = None,
     ) -> HttpResponse:
+        adminform = context.get("adminform")
+        if obj is not None and adminform is not None and adminform.form.errors:
+            # Refused: the form wrote what was typed into ``obj`` (it keeps it to show again);
+            # the page states the case as it is ("Responsible now: Bo Backup, the owner" was
+            # read from a refused owner).
+            obj = context["original"] = Case.objects.get(pk=obj.pk)
         if obj is not None:
             context.update(views.case_page_context(request, obj))
             # The page and the window are named after the case, not "Change case".

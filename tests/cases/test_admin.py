@@ -378,6 +378,25 @@ def test_admin_cannot_assign_someone_outside_the_team(as_lead, lead, case, outsi
     assert reload(case).owner == lead
 
 
+def test_making_the_backup_the_owner_too_is_refused_in_words_and_the_page_states_the_case(
+    as_lead, lead, backup, case
+):
+    """The refusal read 'Constraint "case_backup_is_not_owner" is violated.' and the page
+    above it said "Responsible now: Bo Backup, the owner", read from the refused form."""
+    case = reload(case)
+    before_id = last_event_id(case)
+
+    response = as_lead.post(_change_url(case), _change_form_data(as_lead, case, owner=backup.pk))
+
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "The backup must be someone other than the owner." in body
+    assert "case_backup_is_not_owner" not in body
+    assert response.context["original"].owner == lead  # the page's case is the stored one
+    assert events_after(case, before_id) == []
+    assert (reload(case).owner, reload(case).backup) == (lead, backup)
+
+
 def test_admin_delete_is_an_authority_revocation_and_keeps_the_row(client, superuser, case):
     client.force_login(superuser)
 
