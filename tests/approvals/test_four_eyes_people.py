@@ -237,6 +237,8 @@ def test_who_joins_after_the_proposal_is_told_so_by_its_page_and_the_api_before_
     page = client.get(reverse("admin:approvals_proposal_change", args=[proposal.pk]))
 
     assert (body["may_decide"], body["can_decide"]) == (False, False)
+    assert "dual" not in body["deciders"]  # "Who may decide: … dual" before
+    assert dual not in selectors.eligible_approvers(proposal)
     assert body["why_not"].startswith("You sent the request of this case again")
     assert ("dual", Role.JOINED_REQUEST) in _authors(proposal)
     assert page.status_code == 200
