@@ -79,10 +79,18 @@ class ApprovalInline(ReadOnlyInline):
 class ApproveForm(forms.Form):
     expires_at = forms.DateTimeField(
         required=False,
-        help_text="Leave empty for the policy default.",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
     )
     reason = forms.CharField(required=False, max_length=2000)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The browser's picker has no zone: the time typed is read in the server's (TIME_ZONE).
+        zone = timezone.get_current_timezone_name()
+        self.fields["expires_at"].label = f"Expires at ({zone})"
+        self.fields[
+            "expires_at"
+        ].help_text = f"A date and time in {zone}. Leave empty for the policy default."
 
 
 class RejectForm(forms.Form):
@@ -192,8 +200,9 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
                     "evidence": selectors.evidence_of(obj),
                     "eligible_approvers": selectors.eligible_approvers(obj),
                     "why_not": selectors.why_cannot_decide(obj, request.user),
-                    "approve_form": ApproveForm(prefix="approve"),
-                    "reject_form": RejectForm(prefix="reject"),
+                    # A refused decision's own form (``_decide``), with what was typed.
+                    "approve_form": context.get("approve_form") or ApproveForm(prefix="approve"),
+                    "reject_form": context.get("reject_form") or RejectForm(prefix="reject"),
                     "approve_url": reverse("admin:approvals_proposal_approve", args=[obj.pk]),
                     "reject_url": reverse("admin:approvals_proposal_reject", args=[obj.pk]),
                     "default_expiry": default_expiry,
@@ -231,14 +240,20 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
                 + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()),
                 messages.ERROR,
             )
-            return HttpResponseRedirect(back)
+            return self._page_again(request, pk, prefix, form)
         try:
             message = call(proposal, form.cleaned_data)
         except CaseError as exc:
             self.message_user(request, exc.detail, messages.ERROR)
-        else:
-            self.message_user(request, message, messages.SUCCESS)
+            return self._page_again(request, pk, prefix, form)
+        self.message_user(request, message, messages.SUCCESS)
         return HttpResponseRedirect(back)
+
+    def _page_again(self, request, pk, prefix: str, form: forms.Form) -> HttpResponse:
+        """The proposal's page as it is now, the refused form showing what was typed (a
+        redirect emptied the expiry and the reason)."""
+        request.method = "GET"  # shown, not submitted: the change view only reads
+        return self.change_view(request, str(pk), extra_context={f"{prefix}_form": form})
 
     def approve_view(self, request, pk):
         def call(proposal, data):

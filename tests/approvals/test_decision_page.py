@@ -284,6 +284,41 @@ def test_approving_from_the_page_shows_the_approval_reference(client, approver, 
     assert "This proposal is approved; nothing to decide." in response.content.decode()
 
 
+@pytest.mark.parametrize(
+    ("typed", "why"),
+    [
+        ("2020-01-01T10:00", "The approval must expire after now"),  # refused by the service
+        ("not a date", "Enter a valid date/time."),  # refused by the form
+    ],
+)
+def test_a_refused_approval_keeps_what_was_typed_and_says_why(
+    client, approver, proposal, typed, why
+):
+    """A redirect emptied the expiry and the reason."""
+    client.force_login(approver)
+
+    response = client.post(
+        reverse("admin:approvals_proposal_approve", args=[proposal.pk]),
+        {"approve-expires_at": typed, "approve-reason": "Customer confirmed by phone"},
+    )
+
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert why in body
+    assert f'value="{typed}"' in body
+    assert "Customer confirmed by phone" in body
+    assert not Approval.objects.filter(proposal=proposal).exists()
+
+
+def test_the_expiry_field_names_the_time_zone_it_is_read_in(client, approver, proposal):
+    client.force_login(approver)
+
+    body = client.get(reverse("admin:approvals_proposal_change", args=[proposal.pk])).content
+
+    assert b"Expires at (UTC)" in body
+    assert b"A date and time in UTC." in body
+
+
 # --- the review deadline ----------------------------------------------------------------------
 
 
