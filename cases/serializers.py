@@ -8,7 +8,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.core.validators import MaxLengthValidator
 from drf_spectacular.utils import (
     PolymorphicProxySerializer,
     extend_schema_field,
@@ -26,14 +25,6 @@ def _username(user: AbstractBaseUser | None) -> str | None:
     return user.get_username() if user is not None else None
 
 
-class _StatedMaxLength(MaxLengthValidator):
-    """A length bound the schema states (drf-spectacular reads it as ``maxLength``) and the
-    field's own validator checks, with its message."""
-
-    def __call__(self, value: Any) -> None:
-        return None
-
-
 class StrictCharField(serializers.CharField):
     """A string field that takes strings only: DRF's ``CharField`` would turn a number into
     text, accepting a body the schema (``type: string``) says is wrong. When one of
@@ -42,11 +33,7 @@ class StrictCharField(serializers.CharField):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        if any(isinstance(v, validation.LENGTH_BOUNDING_VALIDATORS) for v in self.validators):
-            self.validators = [
-                _StatedMaxLength(v.limit_value) if type(v) is MaxLengthValidator else v
-                for v in self.validators
-            ]
+        self.validators = validation.one_length_message(self.validators)
 
     def to_internal_value(self, data):
         if not isinstance(data, str):

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.validators import RegexValidator
+from django.core.validators import MaxLengthValidator, RegexValidator
 
 from cases.exceptions import InvalidCaseInput
 
@@ -226,6 +227,25 @@ class TextValidator(RegexValidator):
 # The validators above that state a length bound in their own words (``key_errors``,
 # ``identifier_errors``, ``text_errors``): a field holding one needs no other length message.
 LENGTH_BOUNDING_VALIDATORS = (KeyValidator, IdentifierValidator, TextValidator)
+
+
+class StatedMaxLength(MaxLengthValidator):
+    """A length bound stated, not checked: the API schema reads it as ``maxLength`` (and a
+    form's widget as ``maxlength``); the field's own validator checks it, in its words."""
+
+    def __call__(self, value: Any) -> None:
+        return None
+
+
+def one_length_message(validators: list[Any]) -> list[Any]:
+    """A field's ``validators`` with Django's (or DRF's) length check stated only, when one of
+    :data:`LENGTH_BOUNDING_VALIDATORS` checks the length: a long value gets one message
+    ("At most 4000 characters (this has 5000).") instead of two."""
+    if not any(isinstance(v, LENGTH_BOUNDING_VALIDATORS) for v in validators):
+        return validators
+    return [
+        StatedMaxLength(v.limit_value) if type(v) is MaxLengthValidator else v for v in validators
+    ]
 
 
 def parse_id(value: str | None) -> int | None:

@@ -10,9 +10,18 @@ from django.contrib.auth import get_user_model
 
 from cases import selectors
 from cases.models import Case, CustomerAccount, EvidenceReference
-from cases.validation import REASON_MAX_LENGTH, TextValidator
+from cases.validation import REASON_MAX_LENGTH, TextValidator, one_length_message
 
 User = get_user_model()
+
+
+class BoundedCharField(forms.CharField):
+    """A text field whose ``cases.validation`` validator checks the length in its own words:
+    Django's check stays only as the widget's ``maxlength`` (one message, not two)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.validators = one_length_message(self.validators)
 
 
 class CaseChangeForm(forms.ModelForm):
@@ -117,7 +126,7 @@ class CustomerAccountForm(forms.ModelForm):
     """An account's name and email, with the reason ``services.account_update`` requires asked
     for on the form (so the person sees it next to the field, before the service refuses)."""
 
-    change_reason = forms.CharField(
+    change_reason = BoundedCharField(
         required=False,
         max_length=REASON_MAX_LENGTH,
         validators=[TextValidator(REASON_MAX_LENGTH)],

@@ -27,6 +27,7 @@ from django.utils.html import format_html
 
 from cases import kinds, selectors, services, validation
 from cases.admin.extend import EXTENSIONS
+from cases.admin.forms import BoundedCharField
 from cases.admin.views import change_url, person
 from cases.exceptions import CaseError, InvalidCaseInput, OpenCaseExists
 from cases.models import Case, CustomerAccount
@@ -39,7 +40,7 @@ class ChooseForm(forms.Form):
 
     kind = forms.ChoiceField(label="Kind of change", widget=forms.RadioSelect)
     account = forms.ModelChoiceField(queryset=CustomerAccount.objects.none(), label="Account")
-    order_id = forms.CharField(
+    order_id = BoundedCharField(
         label="Order",
         max_length=validation.IDENTIFIER_MAX_LENGTH,
         validators=[validation.IdentifierValidator()],
@@ -61,7 +62,7 @@ class RequestFields(forms.Form):
     shown, hidden) and the customer's note."""
 
     request_key = forms.CharField(widget=forms.HiddenInput, max_length=100)
-    note = forms.CharField(
+    note = BoundedCharField(
         label="Note",
         required=False,
         max_length=validation.NOTE_MAX_LENGTH,

@@ -131,6 +131,24 @@ def test_errors_stand_beside_their_fields_and_nothing_typed_is_lost(
     assert not Case.objects.exists()
 
 
+def test_a_note_too_long_is_said_once(as_user, live_orders, account, agent):
+    """Django's "Ensure this value has at most 4000 characters" stood under the field's own."""
+    client = as_user(agent)
+    key = _request_key(_choose(client, account, "ORD-7731", "shipping_address"))
+
+    page = client.post(
+        _url(account, "ORD-7731", "shipping_address"),
+        {**ADDRESS, "change-request_key": key, "change-note": "n" * 5000},
+    )
+
+    body = page.content.decode()
+    assert page.status_code == 200
+    assert body.count("At most 4000 characters (this has 5000).") == 1
+    assert "Ensure this value has at most" not in body
+    assert 'maxlength="4000"' in body  # the browser still stops at the bound
+    assert not Case.objects.exists()
+
+
 @pytest.mark.order_system
 def test_a_second_request_for_an_order_with_an_open_case_of_its_kind_links_to_it(
     as_user, live_orders, account, agent, make_case
