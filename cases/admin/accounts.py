@@ -16,6 +16,7 @@ from cases.admin.extend import EXTENSIONS
 from cases.admin.filters import PrintableBooleanFilter
 from cases.admin.forms import CustomerAccountForm
 from cases.admin.inlines import AccountEventInline
+from cases.admin.related import RelationsAsTheyMayOpen, as_text
 from cases.admin.search import IndexedSearchMixin
 from cases.admin.views import person
 from cases.exceptions import CaseError
@@ -24,7 +25,9 @@ from cases.paging import BoundedCountAdminMixin
 
 
 @admin.register(CustomerAccount)
-class CustomerAccountAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
+class CustomerAccountAdmin(
+    RelationsAsTheyMayOpen, IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin
+):
     form = CustomerAccountForm
     list_display = ["reference", "name", "team", "verified", "access_active"]
     list_filter = [("verified", PrintableBooleanFilter), "access_active"]
@@ -36,6 +39,9 @@ class CustomerAccountAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.Mod
     # audited services: the actions below; the name and email through ``account_update``.
     readonly_fields = ["reference", "team", "verified", "access_active", "access_revoked_at"]
     inlines = [AccountEventInline]
+    # Text, not a link, for who may not open the team's page (``cases.admin.related``).
+    plain_relations = ("team",)
+    team_as_text = as_text("team", "team")
 
     @property
     def actions(self) -> list[Any]:  # type: ignore[override]
@@ -103,9 +109,10 @@ class CustomerAccountAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.Mod
         return bool(request.user.is_superuser or request.user.has_perm("cases.lead_case"))
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return [
+        fields = [
             f for f in self.readonly_fields if obj is not None or f not in {"reference", "team"}
         ]
+        return self.readonly_shown(request, obj, fields) if obj is not None else fields
 
     @admin.action(description="Mark verified (their new cases start)", permissions=["lead"])
     def verify(self, request: HttpRequest, queryset: QuerySet[CustomerAccount]) -> None:

@@ -37,6 +37,7 @@ from cases.admin.filters import (
 )
 from cases.admin.forms import CaseChangeForm
 from cases.admin.inlines import AttemptInline, CancellationInline, CaseEventInline, EvidenceInline
+from cases.admin.related import RelationsAsTheyMayOpen, as_text
 from cases.admin.search import IndexedSearchMixin
 from cases.exceptions import CaseError
 from cases.models import Case, CaseEvent, FollowUpState, WaitingOn, overdue_cutoff
@@ -52,7 +53,9 @@ CASE_INLINES: list[tuple[int, type[admin.options.InlineModelAdmin[Any, Any]]]] =
 
 
 @admin.register(Case)
-class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
+class CaseAdmin(
+    RelationsAsTheyMayOpen, IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin
+):
     form = CaseChangeForm
     change_form_template = "admin/cases/case/change_form.html"
     list_display = [
@@ -105,6 +108,12 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         "legal_hold",
     ]
     inlines = [inline for _, inline in CASE_INLINES]
+    # Shown as text to who may not open the person's or the team's page (a link there was a
+    # bare 403 for an agent).
+    plain_relations = ("owner", "backup", "team")
+    owner_as_text = as_text("owner", "owner")
+    backup_as_text = as_text("backup", "backup")
+    team_as_text = as_text("team", "team")
     actions = ["revoke_selected", "reassign_selected"]
     delete_confirmation_template = "admin/cases/case/delete_confirmation.html"
 
@@ -119,7 +128,7 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
         ]
         if not self.has_change_permission(request, obj):
             editable = ["owner", "backup", "outstanding_question", "next_check_at"]
-        return [
+        fieldsets = [
             (
                 "Request",
                 {
@@ -155,6 +164,7 @@ class CaseAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
                 },
             ),
         ]
+        return self.fieldsets_shown(request, obj, fieldsets)
 
     # --- scoping and permissions ---------------------------------------------------------
     def get_queryset(self, request: HttpRequest) -> QuerySet[Case]:

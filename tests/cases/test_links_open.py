@@ -1,0 +1,63 @@
+"""Every link a page offers opens for the person it is offered to: a read-only relation links
+to the related page only for who may view it (``cases.admin.related``). An agent's case page
+linked its owner, backup and team to pages that answered a bare "403 Forbidden"."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from tests.cases.helpers import reload
+
+
+def _admin_links(html: str) -> set[str]:
+    hrefs = set(re.findall(r'href="(/admin/[^"#?]*)', html))
+    # Leaving is not a page to open; a delete or revocation page asks before it acts.
+    return {h for h in hrefs if not h.endswith(("/logout/", "/delete/"))}
+
+
+@pytest.mark.parametrize("role", ["agent", "approver", "auditor", "lead"])
+def test_every_link_on_the_case_and_account_pages_opens_for_who_sees_it(
+    client, request, role, case
+):
+    user = request.getfixturevalue(role)
+    case = reload(case)
+    client.force_login(user)
+    pages = [
+        reverse("admin:cases_case_change", args=[case.pk]),
+        reverse("admin:cases_customeraccount_change", args=[case.account_id]),
+    ]
+
+    refused = {}
+    for page in pages:
+        response = client.get(page)
+        assert response.status_code == 200, page
+        for link in _admin_links(response.content.decode()):
+            status = client.get(link).status_code
+            if status == 403:
+                refused[link] = page
+    assert refused == {}
+
+
+def test_an_agent_reads_the_owner_backup_and_team_as_text(client, agent, case):
+    case = reload(case)
+    client.force_login(agent)
+
+    html = client.get(reverse("admin:cases_case_change", args=[case.pk])).content.decode()
+
+    assert "/admin/auth/user/" not in html
+    assert "/admin/cases/team/" not in html
+    for shown in (case.owner.get_username(), case.backup.get_username(), case.team.name):
+        assert shown in html
+
+
+def test_a_lead_still_chooses_the_owner_and_backup_and_opens_the_team(client, lead, case):
+    case = reload(case)
+    client.force_login(lead)
+
+    html = client.get(reverse("admin:cases_case_change", args=[case.pk])).content.decode()
+
+    assert '<select name="owner"' in html and '<select name="backup"' in html
+    assert reverse("admin:cases_team_change", args=[case.team_id]) in html
