@@ -55,12 +55,20 @@ class NextAction:
     at_risk: bool = False
     # The status as the page names it (``status_label``).
     status: str = ""
+    # The case waits on a person's answer (its owner, its approvers, or one who must settle
+    # it), not on a worker or the order system.
+    waits_on_a_person: bool = False
 
     @property
     def permitted_text(self) -> str:
         if self.permitted:
             return "; ".join(self.permitted)
-        return FINISHED if self.finished else NOTHING_BY_HAND
+        if self.finished:
+            return FINISHED
+        if self.waits_on_a_person and self.who_must_answer:
+            # Not "the workflow acts next": it cannot, and this viewer may not answer for it.
+            return f"Nothing for you to do here: it waits on {self.who_must_answer}."
+        return NOTHING_BY_HAND
 
     @property
     def text(self) -> str:
@@ -330,4 +338,14 @@ def describe_next_action(case: Case, *, actor=None, now: dt.datetime | None = No
         overdue=overdue,
         at_risk=case.follow_up_state(now) == FollowUpState.AT_RISK,
         status=status_label(case),
+        waits_on_a_person=_waits_on_a_person(case),
+    )
+
+
+def _waits_on_a_person(case: Case) -> bool:
+    if case.status == Status.HELD:
+        return not workers_settle(case)
+    return case.status in (Status.NEEDS_ATTENTION, Status.AWAITING_REVIEW) or case.waiting_on in (
+        WaitingOn.OWNER,
+        WaitingOn.APPROVERS,
     )

@@ -161,3 +161,25 @@ def test_closed_case_names_its_retention_and_permits_nothing(case, lead):
     assert action.follow_up == (
         f"Closed; kept until {fresh.retention_until:%Y-%m-%d} under the retention policy."
     )
+
+
+def test_who_may_do_nothing_on_a_case_that_waits_on_a_person_is_not_told_a_worker_acts(
+    case, lead, auditor, approver
+):
+    """An auditor's page said "Nothing by hand: the workflow or a worker acts next" under the
+    headline "the workflow cannot continue on its own"."""
+    case = _escalate(reload(case), lead)
+
+    for viewer in (auditor, approver):
+        action = describe_next_action(case, actor=viewer)
+        assert action.headline.startswith("Needs a person")
+        assert action.permitted == []
+        assert action.permitted_text == (
+            "Nothing for you to do here: it waits on Lena Lead (lead), the responsible person."
+        )
+
+
+def test_who_may_do_nothing_while_a_worker_acts_is_told_so(case, auditor):
+    action = describe_next_action(reload(case), actor=auditor)  # waiting for the order system
+
+    assert action.permitted_text == "Nothing by hand: the workflow or a worker acts next."
