@@ -12,6 +12,10 @@ from rest_framework.authtoken.models import Token
 from cases.management.commands.load_demo import DEMO_PASSWORD
 from cases.models import Case, CaseEvent, CustomerAccount, Status, Team, WaitingOn
 
+# The order system's demo account (``orders.services.DEMO_ACCOUNT``; that app is another
+# system's, not installed here).
+ORDER_SYSTEM_DEMO_ACCOUNT = ("ACC-100", "Northwind Traders")
+
 ROLES = {
     "lead": "lead",
     "backup": "lead",
@@ -41,6 +45,8 @@ def test_load_demo_opens_case_d41_waiting_for_the_order_source(demo_output):
     assert (case.owner.username, case.backup.username) == ("lead", "backup")
     assert case.account.reference == "ACC-100"
     assert case.account.verified
+    # The name the order system knows the account by (its orders' and the customer mail's).
+    assert (case.account.reference, case.account.name) == ORDER_SYSTEM_DEMO_ACCOUNT
     assert case.order_id == "ORD-7731"
     assert "Demo case: D-41" in demo_output
 

@@ -123,7 +123,8 @@ class Command(BaseCommand):
             account, _ = CustomerAccount.objects.get_or_create(
                 reference=DEMO_ACCOUNT,
                 defaults={
-                    "name": "Northwind Bakery",
+                    # The order system's own name for ACC-100 (orders.services.DEMO_ACCOUNT).
+                    "name": "Northwind Traders",
                     "team": team,
                     "verified": True,
                     "email": "orders@northwind.example",
