@@ -197,6 +197,7 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
                         if seen_is_evidence and case.order_seen is not None
                         else None
                     ),
+                    "order_read_since": not seen_is_evidence,
                     "evidence": selectors.evidence_of(obj),
                     "eligible_approvers": selectors.eligible_approvers(obj),
                     "why_not": selectors.why_cannot_decide(obj, request.user),

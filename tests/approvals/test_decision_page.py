@@ -284,6 +284,31 @@ def test_approving_from_the_page_shows_the_approval_reference(client, approver, 
     assert "This proposal is approved; nothing to decide." in response.content.decode()
 
 
+def test_a_decided_proposal_is_headed_by_its_decision_and_says_the_order_was_read_since(
+    client, approver, proposal
+):
+    """It was still headed "Decide: …", and its order value read "not recorded" once the case
+    had read the order again."""
+    services.proposal_approve(proposal=proposal, actor=approver)
+    Case.objects.filter(pk=proposal.case_id).update(
+        last_checked_order_version=proposal.evidence_order_version + 1
+    )
+
+    body = _page(client, approver, proposal)
+
+    assert f"Approved: {proposal.order_id} — {proposal.description}" in body
+    assert "Decide: " not in body
+    current = body[body.index('id="hf-current-value"') :][:600]
+    assert (
+        f"The order as this proposal read it (order version {proposal.evidence_order_version})"
+        in current
+    )
+    assert (
+        f"the case has read the order again since (version {proposal.evidence_order_version + 1})"
+        in current
+    )
+
+
 @pytest.mark.parametrize(
     ("typed", "why"),
     [
