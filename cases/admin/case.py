@@ -198,11 +198,22 @@ class CaseAdmin(
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
         # Nothing is deleted: list the cases whose authority is revoked, protect nothing.
         return (
-            [f"{case.reference}: authority revoked, unsettled work reconciled" for case in objs],
+            [
+                f"{case.reference}: its authority will be revoked and its unsettled work reconciled"
+                for case in objs
+            ],
             {"cases": len(objs)},
             set(),
             [],
         )
+
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The page is what the button said, "Revoke authority", never "Delete"."""
+        case = self.get_object(request, object_id)
+        title = f"Revoke authority over {case.reference}?" if case else "Revoke authority?"
+        return super().delete_view(request, object_id, {"title": title, **(extra_context or {})})
 
     def delete_model(self, request: HttpRequest, obj: Case) -> None:
         self._revoke(request, [obj], "deleted")

@@ -402,7 +402,13 @@ def test_admin_delete_is_an_authority_revocation_and_keeps_the_row(client, super
 
     confirm = client.get(reverse("admin:cases_case_delete", args=[case.pk]))
     assert confirm.status_code == 200
-    assert b"authority revoked" in confirm.content
+    page = confirm.content.decode()
+    # What the button said, not "Delete"; what will happen, not what has.
+    assert f"<title>Revoke authority over {case.reference}?" in page
+    assert f"<h1>Revoke authority over {case.reference}?</h1>" in page
+    assert "&rsaquo; Revoke authority" in page
+    assert ">Delete<" not in page
+    assert f"{case.reference}: its authority will be revoked and its unsettled work" in page
     response = client.post(reverse("admin:cases_case_delete", args=[case.pk]), {"post": "yes"})
 
     assert response.status_code == 302

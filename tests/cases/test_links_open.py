@@ -59,5 +59,6 @@ def test_a_lead_still_chooses_the_owner_and_backup_and_opens_the_team(client, le
 
     html = client.get(reverse("admin:cases_case_change", args=[case.pk])).content.decode()
 
-    assert '<select name="owner"' in html and '<select name="backup"' in html
+    assert '<select name="owner"' in html
+    assert '<select name="backup"' in html
     assert reverse("admin:cases_team_change", args=[case.team_id]) in html
