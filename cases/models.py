@@ -1142,6 +1142,7 @@ class NotificationKind(models.TextChoices):
     DONE = "done", "A case you opened is done"
     CANCELLED = "cancelled", "A case you opened is cancelled"
     HANDED_OVER = "handed_over", "A case waiting on its owner passed to you, the backup"
+    ASSIGNED = "assigned", "A case waiting on its owner was assigned to you"
 
 
 class Notification(models.Model):

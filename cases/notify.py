@@ -71,6 +71,8 @@ def notification_kind(event: CaseEvent) -> NotificationKind | None:
         return NotificationKind.FOLLOW_UP_DUE
     if event.action == Action.CASE_RESPONSIBILITY_TO_BACKUP:
         return NotificationKind.HANDED_OVER
+    if event.action == Action.CASE_REASSIGNED:
+        return NotificationKind.ASSIGNED
     if event.action in _HELD_GIVE_UPS:
         return NotificationKind.HELD  # the workers gave up on a held case
     if event.action != Action.CASE_TRANSITIONED or event.from_status == event.to_status:
@@ -102,6 +104,14 @@ def _waits_on_its_person(case: Case) -> bool:
     return case.waiting_on == WaitingOn.OWNER or held_waits_on_person(case)
 
 
+def _responsibility_moved(case: Case, event: CaseEvent) -> bool:
+    """A reassignment (``event``'s ``before`` and ``after`` usernames) made someone else the
+    person responsible now: the owner, or the backup while the owner is away."""
+    before = event.detail.get("before") or {}
+    was = before.get("backup") if case.owner_is_away and before.get("backup") else None
+    return case.responsible_now.get_username() != (was or before.get("owner"))
+
+
 def case_path(case: Case) -> str:
     return reverse("admin:cases_case_change", args=[case.pk])
 
@@ -130,6 +140,7 @@ _WORDS: dict[NotificationKind, str] = {
     NotificationKind.DONE: "{case}, which you opened, is done",
     NotificationKind.CANCELLED: "{case}, which you opened, is cancelled",
     NotificationKind.HANDED_OVER: "{case} waits on you now: its owner is away",
+    NotificationKind.ASSIGNED: "{case} waits on you now: it was assigned to you",
 }
 
 
@@ -162,6 +173,10 @@ def notifications_for(case: Case, event: CaseEvent) -> list[Notification]:
     if kind == NotificationKind.HELD and not _held_becomes_persons(case, event):
         return []
     if kind == NotificationKind.HANDED_OVER and not _waits_on_its_person(case):
+        return []
+    if kind == NotificationKind.ASSIGNED and not (
+        _waits_on_its_person(case) and _responsibility_moved(case, event)
+    ):
         return []
     people = _unique_active(_recipients(case, kind), actor_id=event.actor_id)
     if not people:

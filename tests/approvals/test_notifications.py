@@ -23,7 +23,13 @@ from cases.inbox import (
 )
 from cases.kernel import SYSTEM, apply_transition, lock_case
 from cases.models import CaseEvent, Notification, NotificationKind, Status
-from cases.services import case_cancel_request, case_open, case_transition, staff_set_away
+from cases.services import (
+    case_assign,
+    case_cancel_request,
+    case_open,
+    case_transition,
+    staff_set_away,
+)
 from tests.approvals.conftest import reload
 from tests.support.fixtures import date_change
 
@@ -114,6 +120,45 @@ def test_an_owner_going_away_tells_the_backup_of_each_case_that_waits_on_them(
     staff_set_away(user=lead, away_until=until, actor=lead)  # no change: nothing again
     staff_set_away(user=lead, away_until=None, actor=lead)  # back
     assert Notification.objects.filter(kind="handed_over").count() == 1
+
+
+def test_a_case_waiting_on_its_owner_tells_whom_it_is_assigned_to(
+    checked_case, make_case, agent, approver, lead, backup, submit
+):
+    """An agent made owner of a case that waited on its owner saw it under "Mine to answer
+    now" and nothing in their inbox. A case that waits on nobody's answer tells nobody."""
+    proposal = submit(checked_case, agent)
+    services.proposal_reject(proposal=proposal, actor=approver, reason="Wrong week")
+    case = reload(checked_case)
+    quiet = reload(make_case())
+
+    case_assign(
+        case=case,
+        expected_version=case.version,
+        owner=agent,
+        backup=backup,
+        reason="Ada knows this customer",
+        actor=lead,
+    )
+    case_assign(
+        case=quiet,
+        expected_version=quiet.version,
+        owner=agent,
+        backup=backup,
+        reason="Ada knows this customer",
+        actor=lead,
+    )
+
+    told = Notification.objects.get(kind="assigned")
+    assert (told.recipient, told.case_id) == (agent, case.pk)
+    assert told.text == (
+        f"{case.reference} waits on you now: it was assigned to you (Ada knows this customer)"
+    )
+    case = reload(case)
+    case_assign(  # the backup changes, not who is responsible: nobody again
+        case=case, expected_version=case.version, owner=agent, backup=lead, reason="", actor=lead
+    )
+    assert Notification.objects.filter(kind="assigned").count() == 1
 
 
 def test_nobody_is_told_of_their_own_action(case, lead):
