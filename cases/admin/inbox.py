@@ -8,7 +8,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -44,14 +44,17 @@ class NotificationAdmin(admin.ModelAdmin):
     ones; "Email settings" the person's preferences."""
 
     change_list_template = "admin/cases/notification/change_list.html"
-    list_display = ["when", "what", "case_link", "email", "read"]
+    list_display = ["when", "what", "case_link", "now", "email", "read"]
     list_display_links = None
     list_filter = [("kind", PrintableChoicesFilter), ReadFilter]
     actions = ["mark_read"]
     list_per_page = 50
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Notification]:
-        return inbox.inbox_for(request.user)
+        # Whether each one's case still waits on the reader ("Mine to answer now"): a message
+        # of an hour ago may have been answered since, by them or by another.
+        waiting = inbox.cases_to_answer(request.user).filter(pk=OuterRef("case_id"))
+        return inbox.inbox_for(request.user).annotate(still_yours=Exists(waiting))
 
     # Every staff member has an inbox of their own, whatever their role's permissions.
     def has_module_permission(self, request: HttpRequest) -> bool:
@@ -96,6 +99,13 @@ class NotificationAdmin(admin.ModelAdmin):
     @admin.display(description="Case")
     def case_link(self, obj: Notification) -> str:
         return obj.case.reference
+
+    @admin.display(description="Now")
+    def now(self, obj: Notification) -> str:
+        """The case as it is now: still the reader's to answer, or where it went since."""
+        if getattr(obj, "still_yours", False):
+            return format_html("<strong>{}</strong>", "Yours to answer")
+        return f"{obj.case.get_status_display()}: not waiting on you"
 
     @admin.display(description="Email")
     def email(self, obj: Notification) -> str:

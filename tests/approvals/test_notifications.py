@@ -286,6 +286,24 @@ def test_the_inbox_counts_unread_and_opens_the_case_for_its_recipient_only(
     assert own.read_at is not None
 
 
+def test_the_inbox_says_which_notifications_still_wait_on_the_reader(
+    checked_case, agent, approver, second_approver, submit, client
+):
+    """The approver's inbox listed "D-50: a proposal awaits your decision" unread after another
+    approver decided it, with nothing to tell it from one still waiting on them."""
+    proposal = submit(checked_case, agent)
+    client.force_login(approver)
+    url = reverse("admin:cases_notification_changelist")
+
+    before = client.get(url).content.decode()
+    services.proposal_approve(proposal=proposal, actor=second_approver)
+    after = client.get(url).content.decode()
+
+    assert "<strong>Yours to answer</strong>" in before
+    assert "Yours to answer" not in after
+    assert "Ready to apply: not waiting on you" in after
+
+
 def test_email_settings_page_saves_the_persons_choice(client, approver):
     client.force_login(approver)
     url = reverse("admin:cases_notification_preferences")
