@@ -149,6 +149,9 @@ class DeliveryDate(ChangeKind):
         assert date is not None  # noqa: S101 - a stored change is canonical
         slot = cast(SlotReader, client).get_slot(date)
         notes = [f"Slot {date:%Y-%m-%d}: {slot.taken} of {slot.capacity} taken"]
+        if slot.free <= 0:
+            # "0 of 0 taken" read as free: the approver is told what the order system will say.
+            notes.append("no room left: the order system refuses it unless a place frees up")
         if general := super().advisory(client, order, change):
             notes.append(general)
         return "; ".join(notes)

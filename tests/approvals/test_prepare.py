@@ -53,6 +53,22 @@ def test_prepare_task_submits_a_proposal_for_review_with_the_first_operation_key
     assert Operation.objects.filter(case=case).count() == 1
 
 
+@pytest.mark.order_system
+@pytest.mark.parametrize(("capacity", "taken"), [(0, 0), (5, 5)])
+def test_a_full_slot_is_advised_as_refused_not_as_free(checked_case, live_orders, capacity, taken):
+    """ "Slot 2026-12-05: 0 of 0 taken" read as free; the order system refused the write."""
+    case = checked_case
+    date = requested_date(case)
+    live_orders.seed(slots=[{"date": str(date), "capacity": capacity, "taken": taken}])
+
+    assert recon_tasks.prepare_proposal(case.pk) == "submitted"
+
+    assert Proposal.objects.get(case=case).advisory_note == (
+        f"Slot {date:%Y-%m-%d}: {taken} of {capacity} taken; no room left: the order system "
+        "refuses it unless a place frees up"
+    )
+
+
 def test_prepare_task_with_unreachable_slot_lookup_still_submits_with_advice_unknown(
     checked_case, settings, closed_port
 ):
