@@ -304,8 +304,18 @@ register(
         available=_can("requeue"),
         execute=_transition("requeue"),
         transition=True,
-        confirm="A worker may claim it again; the approval, the source and the customer's "
-        "access are all checked again first.",
+        confirm=lambda case: (
+            "A worker may claim it again; the approval, the source and the customer's access "
+            "are all checked again first."
+            + (
+                # What stopped it is said here: put back with its cause still there, it stops
+                # the same way (a slot with no room refused it again within a second).
+                f" It stopped on: {case.last_error.rstrip('.')}. Put it back only once that "
+                "cause is gone; otherwise the order system answers the same."
+                if case.last_error
+                else ""
+            )
+        ),
         confirm_label="Put it back in the queue",
         order=20,
     )

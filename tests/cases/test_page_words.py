@@ -101,3 +101,23 @@ def test_a_page_fetched_to_update_in_place_leaves_the_messages_for_the_next_page
 
     assert "is not offered to you" not in live
     assert "is not offered to you" in shown
+
+
+def test_putting_a_case_back_in_the_queue_says_what_stopped_it(case):
+    """D-48's slot had no room: put back, it stopped the same way within a second, and the
+    confirm page had not said why it stopped."""
+    from cases.actions import get_action
+    from cases.models import Case
+
+    Case.objects.filter(pk=case.pk).update(
+        last_error="slot_unavailable: Slot 2026-12-05 has no room. Repeating it would change "
+        "nothing; a person must correct the cause."
+    )
+    words = get_action("requeue").confirm_for(reload(case))
+
+    assert "It stopped on: slot_unavailable: Slot 2026-12-05 has no room." in words
+    assert words.endswith(
+        "Put it back only once that cause is gone; otherwise the order system answers the same."
+    )
+    Case.objects.filter(pk=case.pk).update(last_error="")
+    assert "stopped on" not in get_action("requeue").confirm_for(reload(case))
