@@ -90,12 +90,15 @@ def team_members(team: Team) -> QuerySet:
 
 
 def _who_may_work() -> QuerySet:
+    """People who may work a case: the work permission and a seat at the desk (staff). An
+    integration's user holds the agent role to open cases over the API, but cannot open the
+    admin where a case's owner answers it: it was offered as an owner and as someone away."""
     may_work = (
         Q(is_superuser=True)
         | Q(groups__permissions__codename="work_case")
         | Q(user_permissions__codename="work_case")
     )
-    return User.objects.filter(may_work).values("pk")
+    return User.objects.filter(may_work, is_staff=True).values("pk")
 
 
 def people_who_may_work() -> QuerySet:

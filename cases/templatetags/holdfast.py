@@ -70,7 +70,10 @@ def absence_context(request) -> dict:
     user = request.user
     people = [
         person
-        for person in selectors.team_people(user).select_related("staff_profile")
+        # Staff only: an integration's user has no desk to be away from.
+        for person in selectors.team_people(user)
+        .filter(is_staff=True)
+        .select_related("staff_profile")
         if actor_may_set_away(actor=user, user=person)
     ]
     today = timezone.localdate()

@@ -121,3 +121,19 @@ def test_putting_a_case_back_in_the_queue_says_what_stopped_it(case):
     )
     Case.objects.filter(pk=case.pk).update(last_error="")
     assert "stopped on" not in get_action("requeue").confirm_for(reload(case))
+
+
+def test_an_integration_user_is_offered_neither_as_an_owner_nor_as_someone_away(
+    client, make_user, team, lead, case
+):
+    """The demo's API user (agent role, no admin seat) was among the owners and backups a lead
+    could choose, and in the home page's "away and back" list."""
+    make_user("intake-bot", "agent", teams=[team], is_staff=False)
+    client.force_login(lead)
+
+    case_page = _page(client, lead, reverse("admin:cases_case_change", args=[reload(case).pk]))
+    home = _page(client, lead, reverse("admin:index"))
+
+    assert "intake-bot" not in case_page
+    assert "intake-bot" not in home
+    assert "lead" in case_page  # the staff still are offered
