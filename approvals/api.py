@@ -46,6 +46,10 @@ class ProposalViewSet(
                 qs = selectors.awaiting_review(qs)  # the approvers' queue
             else:
                 qs = qs.filter(status=status)
+        case = self.request.query_params.get("case")
+        if case is not None:
+            # A case's proposals, by its reference (another team's reads as an unknown one: none).
+            qs = qs.filter(case__reference=case.strip())
         return qs.order_by("submitted_at", "pk")
 
     def get_serializer(self, *args, **kwargs):
@@ -67,11 +71,17 @@ class ProposalViewSet(
             raise CaseNotFound("No such proposal among your teams' cases.") from None
 
     @extend_schema(
-        parameters=[OpenApiParameter("status", enum=Proposal.Status.values)],
+        parameters=[
+            OpenApiParameter("status", enum=Proposal.Status.values),
+            OpenApiParameter(
+                "case", description="A case's reference (e.g. D-41): that case's proposals only."
+            ),
+        ],
         responses={200: ProposalSerializer(many=True), **error_responses(400, 404)},
         summary="List proposals (the approver's queue)",
         description="The proposals of the caller's teams' cases, oldest submission first; "
-        "`?status=awaiting_review` is the approver's queue. Each says whether the caller may "
+        "`?status=awaiting_review` is the approver's queue, `?case=D-41` one case's proposals. "
+        "Each says whether the caller may "
         "decide it (`may_decide`, `why_not`).",
     )
     def list(self, request, *args, **kwargs):

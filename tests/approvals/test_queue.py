@@ -58,6 +58,23 @@ def test_api_queue_rejects_an_unknown_status(api, approver, queue):
     assert response.status_code == 400
 
 
+def test_api_lists_one_cases_proposals_by_its_reference_and_nothing_of_another_team(
+    api, approver, queue
+):
+    """`?case=D-41` was ignored: a client filtering by case got every proposal."""
+    mine = queue["oldest_first"][1]
+    foreign = queue["foreign"]
+
+    def ids(case: str) -> list[int]:
+        response = api(approver).get("/api/proposals/", {"case": case})
+        assert response.status_code == 200
+        return [p["id"] for p in response.json()["results"]]
+
+    assert ids(mine.case.reference) == [mine.pk]
+    assert ids(foreign.case.reference) == []  # another team's case reads as an unknown one
+    assert ids("NOPE-1") == []
+
+
 def test_admin_changelist_defaults_to_the_queue_oldest_first(client, approver, queue):
     client.force_login(approver)
     url = reverse("admin:approvals_proposal_changelist")
