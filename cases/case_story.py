@@ -447,7 +447,10 @@ def event_sentence(event: CaseEvent) -> Sentence:
     if event.from_status and event.to_status and event.from_status != event.to_status:
         moved = f"Moved from {values['from_label']} to {values['to_label']}"
 
-    if event.action == Action.CASE_TRANSITIONED and detail.get("transition") in TRANSITION_WORDS:
+    if event.action == Action.CASE_TRANSITIONED and detail.get("never_approved"):
+        # Back to review from a hold before anyone approved it: no approval expired.
+        pattern, tone = "Back to its approvers after the hold: it had not been approved yet", ""
+    elif event.action == Action.CASE_TRANSITIONED and detail.get("transition") in TRANSITION_WORDS:
         pattern, tone = TRANSITION_WORDS[detail["transition"]]
     elif event.action in ACTION_WORDS:
         pattern, tone = ACTION_WORDS[Action(event.action)]

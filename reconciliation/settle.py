@@ -380,7 +380,23 @@ def _settle_absent(
         )
         return "stopped"
     if live_approval(case) is None:
-        proposal_return_to_review(open_proposal(case), "Expired during the hold")
+        proposal = open_proposal(case)
+        if proposal is not None and not proposal.approvals.filter(decision="approved").exists():
+            # Held before anyone approved it (a restore's recovery holds a case awaiting
+            # review too): nothing expired, and the case says so.
+            proposal_return_to_review(proposal, "Back to review after the hold")
+            apply_transition(
+                case,
+                "approval_expired",
+                actor=actor,
+                detail={**detail, "never_approved": True},
+                reason=f"Proven absent: {reason}. It had not been approved yet: "
+                f"{operation.key} goes back to its approvers",
+                waiting=(WaitingOn.APPROVERS, "Back from a hold: the proposal awaits a decision"),
+                **review_deadline(case),
+            )
+            return "back to review"
+        proposal_return_to_review(proposal, "Expired during the hold")
         apply_transition(
             case,
             "approval_expired",

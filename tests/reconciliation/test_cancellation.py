@@ -200,3 +200,36 @@ def test_approval_expiry_during_a_hold_returns_the_case_to_review_not_to_ready(
     assert Proposal.objects.get(case=case).status == Proposal.Status.AWAITING_REVIEW
     assert apply_case(case_id=case.pk) == "refused: not_ready"
     assert _operations(live_orders) == []
+
+
+@pytest.mark.order_system
+def test_a_case_held_before_anyone_approved_it_goes_back_to_review_without_an_expiry(
+    live_orders, autonomous, make_case
+):
+    """A restore's recovery holds a case awaiting review; proven absent, its timeline and its
+    page said "The approval expired during the hold" of a proposal nobody had approved."""
+    from django.db import transaction
+
+    from cases.case_story import event_sentence
+    from cases.kernel import apply_transition, lock_case
+    from reconciliation.sources import source_check
+    from reconciliation.tasks import prepare_proposal
+
+    case = make_case()
+    source_check(case_id=case.pk)
+    prepare_proposal(case.pk)
+    with transaction.atomic():
+        apply_transition(lock_case(case.pk), "hold_for_recovery", actor=WORKER, reason="restored")
+
+    assert case_reconcile(case_id=case.pk) == "back to review"
+
+    case.refresh_from_db()
+    assert case.status == Status.AWAITING_REVIEW
+    assert case.waiting_reason == "Back from a hold: the proposal awaits a decision"
+    back = CaseEvent.objects.filter(case=case, to_status=Status.AWAITING_REVIEW).latest("pk")
+    assert "expired" not in back.reason
+    assert "It had not been approved yet" in back.reason
+    assert event_sentence(back).text == (
+        "Back to its approvers after the hold: it had not been approved yet"
+    )
+    assert Proposal.objects.get(case=case).status == Proposal.Status.AWAITING_REVIEW
