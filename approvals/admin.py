@@ -238,7 +238,10 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
             self.message_user(
                 request,
                 "Check the form: "
-                + "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()),
+                + "; ".join(
+                    f"{form[k].label if k in form.fields else k}: {' '.join(v)}"
+                    for k, v in form.errors.items()
+                ),
                 messages.ERROR,
             )
             return self._page_again(request, pk, prefix, form)

@@ -842,7 +842,8 @@ class CaseEvent(models.Model):
         base_manager_name = "objects"
 
     def __str__(self) -> str:
-        return f"{self.case_id} v{self.version} {self.action}"
+        # The case's reference, not its row id: the event page is titled by it.
+        return f"{self.case.reference} v{self.version}: {self.action}"
 
     def save(self, *args, **kwargs):
         if self.pk is not None or not self._state.adding:

@@ -197,7 +197,7 @@ def bulk_reassign(
         return None
     context = {
         **model_admin.admin_site.each_context(request),
-        "title": f"Reassign {len(cases)} cases",
+        "title": f"Reassign {len(cases)} case{'' if len(cases) == 1 else 's'}",
         "opts": model_admin.model._meta,
         "cases": cases,
         "form": form,

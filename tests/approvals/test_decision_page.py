@@ -313,7 +313,7 @@ def test_a_decided_proposal_is_headed_by_its_decision_and_says_the_order_was_rea
     ("typed", "why"),
     [
         ("2020-01-01T10:00", "The approval must expire after now"),  # refused by the service
-        ("not a date", "Enter a valid date/time."),  # refused by the form
+        ("not a date", "Check the form: Expires at (UTC): Enter a valid date/time."),  # the form
     ],
 )
 def test_a_refused_approval_keeps_what_was_typed_and_says_why(

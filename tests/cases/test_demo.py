@@ -124,3 +124,16 @@ def test_demo_token_authenticates_the_integration_user_on_the_api(demo_output, c
     assert response.status_code == 200
     assert response.json()["reference"] == "D-41"
     assert response.json()["allowed_transitions"] == ["escalate", "cancel"]
+
+
+def test_the_demo_account_has_its_creation_on_its_own_trail(demo_output):
+    """Its history was empty: the demo wrote the row, not the service."""
+    from cases.models import AccountEvent
+
+    account = CustomerAccount.objects.get(reference="ACC-100")
+
+    (created,) = AccountEvent.objects.filter(account=account)
+    assert created.detail["verified"] is True
+    assert created.reason == "Demo account (load_demo)"
+    _load_demo()
+    assert AccountEvent.objects.filter(account=account).count() == 1

@@ -23,7 +23,7 @@ from cases.kernel import SYSTEM
 from cases.models import CustomerAccount, Team
 from cases.references import counter_raise_past
 from cases.roles import ensure_roles
-from cases.services import case_open
+from cases.services import account_create, case_open
 
 DEMO_PASSWORD = "holdfast-demo"  # noqa: S105 - a printed demo login, never a real secret
 DEMO_USERS = [
@@ -120,16 +120,21 @@ class Command(BaseCommand):
             team.default_owner = users["lead"]
             team.default_backup = users["backup"]
             team.save()
-            account, _ = CustomerAccount.objects.get_or_create(
-                reference=DEMO_ACCOUNT,
-                defaults={
-                    # The order system's own name for ACC-100 (orders.services.DEMO_ACCOUNT).
-                    "name": "Northwind Traders",
-                    "team": team,
-                    "verified": True,
-                    "email": "orders@northwind.example",
-                },
-            )
+            account = CustomerAccount.objects.filter(reference=DEMO_ACCOUNT).first()
+            if account is None:
+                # Through the service, so the account's own trail starts with its creation.
+                account = account_create(
+                    account=CustomerAccount(
+                        reference=DEMO_ACCOUNT,
+                        # The order system's own name for ACC-100 (orders.services.DEMO_ACCOUNT).
+                        name="Northwind Traders",
+                        team=team,
+                        verified=True,
+                        email="orders@northwind.example",
+                    ),
+                    actor=SYSTEM,
+                    reason="Demo account (load_demo)",
+                )
             token, _ = Token.objects.get_or_create(user=users["integration"])
             # The running example is D-41: start numbering there on a fresh database.
             counter_raise_past(team, 40)
