@@ -81,7 +81,10 @@ class PrintableBooleanFilter(_PrintableFieldFilterMixin, admin.BooleanFieldListF
 
 class _TeamMemberFilter(admin.SimpleListFilter):
     def lookups(self, request: Any, model_admin: Any) -> list[tuple[Any, str]]:
-        users = User.objects.filter(holdfast_teams__in=selectors.teams_for(request.user))
+        # Staff only: nobody else can own, back up or answer a case (``selectors.case_workers``).
+        users = User.objects.filter(
+            holdfast_teams__in=selectors.teams_for(request.user), is_staff=True
+        )
         return [(u.pk, u.get_username()) for u in users.distinct().order_by("username")]
 
 

@@ -133,9 +133,11 @@ def test_an_integration_user_is_offered_neither_as_an_owner_nor_as_someone_away(
 
     case_page = _page(client, lead, reverse("admin:cases_case_change", args=[reload(case).pk]))
     home = _page(client, lead, reverse("admin:index"))
+    case_list = _page(client, lead, reverse("admin:cases_case_changelist"))  # its filters
 
     assert "intake-bot" not in case_page
     assert "intake-bot" not in home
+    assert "intake-bot" not in case_list
     assert "lead" in case_page  # the staff still are offered
 
 
