@@ -108,6 +108,13 @@ class CustomerAccountAdmin(
         offered them (the services check the lead permission in the account's team again)."""
         return bool(request.user.is_superuser or request.user.has_perm("cases.lead_case"))
 
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = super().get_fields(request, obj)
+        if not self.has_change_permission(request, obj):
+            # The reason is asked of who changes the account: a reader saw "Change reason: None".
+            fields = [f for f in fields if f != "change_reason"]
+        return fields
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         fields = [
             f for f in self.readonly_fields if obj is not None or f not in {"reference", "team"}

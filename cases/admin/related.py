@@ -60,10 +60,12 @@ class RelationsAsTheyMayOpen:
         hidden = self._hidden_relations(request, obj)
         if not hidden:
             return fieldsets
-        return [
-            (title, {**options, "fields": [self._shown(f, hidden) for f in options["fields"]]})
-            for title, options in fieldsets
-        ]
+        shown = []
+        for title, options in fieldsets:
+            # A relation the form lists and the read-only fields list too is shown once.
+            fields = list(dict.fromkeys(self._shown(f, hidden) for f in options["fields"]))
+            shown.append((title, {**options, "fields": fields}))
+        return shown
 
     def readonly_shown(self, request: HttpRequest, obj: Any, fields: Any) -> list[Any]:
         """``fields`` (read-only) with each hidden relation as its text (for an admin that

@@ -62,3 +62,16 @@ def test_a_lead_still_chooses_the_owner_and_backup_and_opens_the_team(client, le
     assert '<select name="owner"' in html
     assert '<select name="backup"' in html
     assert reverse("admin:cases_team_change", args=[case.team_id]) in html
+
+
+@pytest.mark.parametrize("role", ["agent", "approver"])
+def test_a_reader_sees_the_accounts_team_once_and_no_reason_field(client, request, role, case):
+    user = request.getfixturevalue(role)
+    client.force_login(user)
+
+    html = client.get(
+        reverse("admin:cases_customeraccount_change", args=[case.account_id])
+    ).content.decode()
+
+    assert html.count("<label>Team:</label>") == 1  # it was shown twice
+    assert "Change reason" not in html
