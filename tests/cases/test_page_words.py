@@ -151,3 +151,15 @@ def test_an_audit_events_page_is_titled_by_its_case_not_a_row_id(client, lead, c
 
     assert f"{case.reference} v{event.version}: {event.action}" in html
     assert f"{case.pk} v{event.version} {event.action}" not in html
+
+
+def test_every_date_on_a_case_page_is_one_form_with_its_zone(client, lead, case):
+    """Django's "Dec. 5, 2026, 4:50 p.m." stood beside the desk's "2026-12-05 16:50 UTC"."""
+    from django.utils import timezone
+
+    case = reload(case)
+
+    html = _page(client, lead, reverse("admin:cases_case_change", args=[case.pk]))
+
+    assert f"{timezone.localtime(case.created_at):%Y-%m-%d %H:%M} UTC" in html
+    assert not re.search(r"\b[ap]\.m\.", html)
