@@ -173,3 +173,32 @@ def test_the_backup_gets_the_mail_while_the_owner_is_away(smtp, case, lead, back
     _escalate(case)
     notifications_dispatch_due(run=run)
     assert [m.envelope_to for m in smtp.wait_for(1, timeout=5)] == [["backup@example.com"]]
+
+
+def test_whom_a_waiting_case_is_assigned_to_gets_the_mail_once(
+    smtp, case, lead, backup, agent, settings
+):
+    """The ``assigned`` kind goes out like every other: to the new owner, once."""
+    from cases.services import case_assign
+
+    settings.HOLDFAST_BASE_URL = "https://desk.example"
+    with transaction.atomic():
+        apply_transition(lock_case(case.pk), "escalate", actor=SYSTEM, reason="stuck")
+    Notification.objects.update(email_state=Notification.Email.SENT)  # the lead's, gone before
+    case = Case.objects.get(pk=case.pk)
+    case_assign(
+        case=case,
+        expected_version=case.version,
+        owner=agent,
+        backup=backup,
+        reason="Ada knows them",
+        actor=lead,
+    )
+
+    assert notifications_dispatch_due(run=run) == 1
+    assert notifications_dispatch_due(run=run) == 0
+    [mail] = smtp.wait_for(1, timeout=5)
+    assert mail.envelope_to == ["agent@example.com"]
+    assert f"{case.reference} waits on you now: it was assigned to you" in mail.subject
+    assert f"https://desk.example/admin/cases/case/{case.pk}/change/" in mail.body
+    assert Notification.objects.get(kind="assigned").email_state == Notification.Email.SENT
