@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from cases.actions import case_actions, who_may
 from cases.extensions import case_deciders
-from cases.held import workers_settle
+from cases.held import held_waits_on_person, workers_settle
 from cases.models import Case, FollowUpState, Status, WaitingOn, overdue_cutoff
 
 _HEADLINES = {
@@ -344,7 +344,7 @@ def describe_next_action(case: Case, *, actor=None, now: dt.datetime | None = No
 
 def _waits_on_a_person(case: Case) -> bool:
     if case.status == Status.HELD:
-        return not workers_settle(case)
+        return held_waits_on_person(case)
     return case.status in (Status.NEEDS_ATTENTION, Status.AWAITING_REVIEW) or case.waiting_on in (
         WaitingOn.OWNER,
         WaitingOn.APPROVERS,

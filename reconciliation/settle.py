@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from django.utils import timezone
 
-from approvals.models import Operation, Proposal
+from approvals.models import Approval, Operation, Proposal
 from approvals.services import review_deadline
 from cases import kinds
 from cases.codes import Action
@@ -381,29 +381,32 @@ def _settle_absent(
         return "stopped"
     if live_approval(case) is None:
         proposal = open_proposal(case)
-        if proposal is not None and not proposal.approvals.filter(decision="approved").exists():
-            # Held before anyone approved it (a restore's recovery holds a case awaiting
-            # review too): nothing expired, and the case says so.
-            proposal_return_to_review(proposal, "Back to review after the hold")
-            apply_transition(
-                case,
-                "approval_expired",
-                actor=actor,
-                detail={**detail, "never_approved": True},
-                reason=f"Proven absent: {reason}. It had not been approved yet: "
-                f"{operation.key} goes back to its approvers",
-                waiting=(WaitingOn.APPROVERS, "Back from a hold: the proposal awaits a decision"),
-                **review_deadline(case),
-            )
-            return "back to review"
-        proposal_return_to_review(proposal, "Expired during the hold")
+        # Held before anyone approved it (a restore's recovery holds a case awaiting review
+        # too): nothing expired, and the case says so.
+        never = (
+            proposal is not None
+            and not proposal.approvals.filter(decision=Approval.Decision.APPROVED).exists()
+        )
+        proposal_return_to_review(
+            proposal, "Back to review after the hold" if never else "Expired during the hold"
+        )
         apply_transition(
             case,
             "approval_expired",
             actor=actor,
-            detail=detail,
-            reason=f"Proven absent: {reason}. The approval expired during the "
-            f"hold: {operation.key} needs a fresh decision before any apply",
+            detail={**detail, "never_approved": True} if never else detail,
+            reason=f"Proven absent: {reason}. "
+            + (
+                f"It had not been approved yet: {operation.key} goes back to its approvers"
+                if never
+                else f"The approval expired during the hold: {operation.key} needs a fresh "
+                "decision before any apply"
+            ),
+            waiting=(
+                (WaitingOn.APPROVERS, "Back from a hold: the proposal awaits a decision")
+                if never
+                else None
+            ),
             **review_deadline(case),
         )
         return "back to review"
