@@ -51,7 +51,8 @@ def _normalize(value: Any) -> Any:
     return value
 
 
-def _timestamp(value: dt.datetime) -> str:
+def canonical_timestamp(value: dt.datetime) -> str:
+    """A time as the canonical document writes it (UTC, to the microsecond)."""
     return value.astimezone(dt.UTC).isoformat(timespec="microseconds")
 
 
@@ -78,7 +79,7 @@ def canonical(
         "actor_id": actor_id,
         "actor_label": actor_label,
         "case_id": case_id,
-        "created_at": _timestamp(created_at),
+        "created_at": canonical_timestamp(created_at),
         "detail": stored_detail,
         "from_status": from_status,
         "prev_hash": prev_hash,
@@ -98,6 +99,59 @@ def _encoded(document: dict[str, Any]) -> bytes:
 def event_hash(**fields: Any) -> str:
     """SHA-256 (hex) of ``canonical(**fields)``."""
     return hashlib.sha256(canonical(**fields)).hexdigest()
+
+
+# --- the same hash, computed by PostgreSQL ---------------------------------------------------
+# For a statement that writes an event whose fields it reads in the same statement (the claim,
+# ``cases.kernel.pg_claim_statement``): the canonical JSON written out as text, then hashed by
+# the server. ``tests/cases/test_audit_sql.py`` holds it byte for byte to :func:`canonical`.
+
+
+@dataclass(frozen=True)
+class Sql:
+    """A SQL expression for one value of the canonical document: ``text`` (a JSON string),
+    ``int`` (a JSON integer) or ``object`` (a JSON object of further values, ``fields``). A
+    NULL of any kind is JSON ``null``."""
+
+    kind: str
+    expr: str = ""
+    fields: dict[str, Sql] = field(default_factory=dict)
+
+
+def canonical_sql(document: dict[str, Sql]) -> str:
+    """A PostgreSQL text expression that is :func:`_encoded`'s output for the document whose
+    values the expressions give: keys sorted as Python sorts them, no whitespace, strings
+    escaped as ``json.dumps(ensure_ascii=False)`` escapes them (PostgreSQL's ``to_json`` of a
+    text escapes the same characters the same way: the quote, the backslash and the control
+    characters, as ``\\n`` … or ``\\u00XX``)."""
+    parts = []
+    for index, key in enumerate(sorted(document)):
+        value = document[key]
+        comma = "," if index else ""
+        parts.append(f"'{comma}' || {_json_literal(key)} || ':' || {_value_sql(value)}")
+    return "('{' || " + " || ".join(parts) + " || '}')"
+
+
+def _json_literal(key: str) -> str:
+    text = json.dumps(key, ensure_ascii=False)
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _value_sql(value: Sql) -> str:
+    if value.kind == "object":
+        return canonical_sql(value.fields)
+    if value.kind == "text":
+        return f"COALESCE(to_json(({value.expr})::text)::text, 'null')"
+    if value.kind == "int":
+        return f"COALESCE((({value.expr})::bigint)::text, 'null')"
+    raise ValueError(f"unknown kind {value.kind!r}")
+
+
+def hash_sql(document: dict[str, Sql], prev_hash: str) -> str:
+    """PostgreSQL's :func:`event_hash` of the document (``prev_hash`` a text expression, part of
+    it as in :func:`canonical`): SHA-256 of the UTF-8 bytes, in hex."""
+    whole = {**document, "prev_hash": Sql("text", prev_hash)}
+    return f"encode(sha256(convert_to({canonical_sql(whole)}, 'UTF8')), 'hex')"
 
 
 # --- the accounts' chains ----------------------------------------------------------------------
@@ -133,7 +187,7 @@ def account_event_hash(
         "action": action,
         "actor_id": actor_id,
         "actor_label": actor_label,
-        "created_at": _timestamp(created_at),
+        "created_at": canonical_timestamp(created_at),
         "detail": _normalize(json.loads(json.dumps(detail))),
         "prev_hash": prev_hash,
         "reason": reason,

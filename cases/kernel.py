@@ -44,12 +44,12 @@ from typing import Any, Final
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 from django_fsm import can_proceed
 
 from cases import extensions
-from cases.audit import event_hash
+from cases.audit import canonical_timestamp, event_hash
 from cases.codes import Action
 from cases.exceptions import ActionNotPermitted, TransitionRejected, VersionConflict
 from cases.followups import FollowUp, follow_up_refresh
@@ -72,7 +72,6 @@ from cases.rows import (
     insert_values,
     locked,
     locked_with_head,
-    prepared_cursor,
     save_fields,
 )
 
@@ -522,19 +521,9 @@ def claim_write(case: Case, version: int, attempt: Attempt, event: CaseEvent) ->
     the case moved; a refused insert raises ``IntegrityError`` and ends the caller's transaction.
 
     The kernel is the one writer of a case's status and of its events: this is that write for
-    the claim, the hot path's one step. On PostgreSQL it is one statement written out
-    (:func:`_pg_claim_write_sql`, bound on the server, so it stays prepared), elsewhere the
-    ORM's three; ``tests/reconciliation/test_hot_path.py`` checks both write the same."""
-    if connection.vendor == "postgresql":
-        return _claim_write_sql(case, version, attempt, event)
-    return _claim_write_orm(case, version, attempt, event)
-
-
-def _case_field(name: str) -> Any:
-    return Case._meta.get_field(name)
-
-
-def _claim_write_orm(case: Case, version: int, attempt: Attempt, event: CaseEvent) -> bool:
+    the claim, the hot path's one step, as the ORM's three statements. PostgreSQL claims in one
+    statement instead, read and write together (:func:`pg_claim_statement`);
+    ``tests/reconciliation/test_hot_path.py`` checks both write the same."""
     moved = Case.objects.filter(pk=case.pk, status=Status.READY, version=version).update(
         **{name: getattr(case, name) for name in CLAIMED_FIELDS}
     )
@@ -545,46 +534,205 @@ def _claim_write_orm(case: Case, version: int, attempt: Attempt, event: CaseEven
     return True
 
 
-@functools.cache
-def _pg_claim_write_sql() -> str:
-    """The won claim's writes as one statement: the compare-and-set of the case, and only if it
-    moved the row, the attempt and the claim's event."""
+def _case_field(name: str) -> Any:
+    return Case._meta.get_field(name)
 
-    def insert_from(model: Any, source: str) -> str:
+
+def claim_event_words(
+    *,
+    attempt_reference: str,
+    operation_key: str,
+    token: int,
+    worker: str,
+    approval: str | None,
+    lease_expires_at: dt.datetime,
+) -> tuple[str, dict[str, Any]]:
+    """The claim's event's reason and detail (:func:`event_row` takes them); the one-statement
+    claim writes the same, as SQL (:func:`pg_claim_statement`)."""
+    reason = f"{attempt_reference} claimed {operation_key} (token {token})"
+    return reason, {
+        "attempt": attempt_reference,
+        "operation_key": operation_key,
+        "fencing_token": token,
+        "worker": worker,
+        "approval": approval,
+        "lease_expires_at": lease_expires_at.isoformat(),
+    }
+
+
+# The columns of the attempt and the claim's event that the one-statement claim writes from what
+# it read (``pg_claim_statement``); the others are parameters (``pg_claim_params``).
+_CLAIM_FROM_READ: dict[Any, frozenset[str]] = {
+    Attempt: frozenset(
+        {"case_id", "operation_id", "reference", "sequence", "started_by_id", "fencing_token"}
+    ),
+    CaseEvent: frozenset({"case_id", "version", "reason", "detail", "prev_hash", "hash"}),
+}
+
+# The columns the caller's read gives the one-statement claim (``pg_claim_statement``), by name.
+CLAIM_READ_COLUMNS = (
+    "hf_case",  # the case's id
+    "hf_version",  # the version the claim read
+    "hf_reference",  # the case's reference (D-41)
+    "hf_operation",  # the operation's id
+    "hf_key",  # the operation's key
+    "hf_started_by",  # who started a supervised apply (``apply_authorized_by``), or NULL
+    "hf_token",  # the fencing token the read took from the sequence
+    "hf_sequence",  # the new attempt's sequence
+    "hf_head",  # the audit chain's head hash, NULL before the first event
+    "hf_approval",  # the live approval's reference, or NULL
+)
+
+
+@functools.cache
+def pg_claim_statement(reads: str) -> str:
+    """PostgreSQL: the whole claim as one statement: the caller's read and guards, then, only
+    for a row they let through, the claim's write as :func:`claim_write` makes it (the case's
+    compare-and-set ready → applying, the attempt, the claim's event, its hash computed by the
+    server, ``cases.audit.hash_sql``). One round trip and, outside a transaction, one commit:
+    two statements in a transaction of their own cost three times the raw claim
+    (``make bench``'s goal 4).
+
+    ``reads`` are the caller's CTEs (``WITH`` left out), ending with ``claim_read``, the row
+    read (its columns in the caller's order, :data:`CLAIM_READ_COLUMNS` among them by name), and
+    ``claim_ok``, that row when every guard holds, else none. The statement returns
+    ``claim_read``'s columns, then the attempt's id and the event's (NULL: nothing written).
+    Its parameters are named; :func:`pg_claim_params` gives the write's."""
+    from cases.audit import Sql, hash_sql
+
+    ok = "claim_ok"
+    reference = f"({ok}.hf_reference || '-a' || {ok}.hf_sequence)"
+    reason = f"({reference} || ' claimed ' || {ok}.hf_key || ' (token ' || {ok}.hf_token || ')')"
+    detail = {
+        "attempt": Sql("text", reference),
+        "operation_key": Sql("text", f"{ok}.hf_key"),
+        "fencing_token": Sql("int", f"{ok}.hf_token"),
+        "worker": Sql("text", "%(h_actor_label)s"),
+        "approval": Sql("text", f"{ok}.hf_approval"),
+        "lease_expires_at": Sql("text", "%(h_lease_iso)s"),
+    }
+    # Stored as Python stores it: the same keys and values (the order of keys is jsonb's own).
+    detail_json = (
+        "jsonb_build_object("
+        + ", ".join(
+            f"'{key}', ({value.expr})" + ("::text" if value.kind == "text" else "::bigint")
+            for key, value in detail.items()
+        )
+        + ")"
+    )
+    document = {
+        "action": Sql("text", "%(h_action)s"),
+        "actor_id": Sql("int", "%(h_actor_id)s"),
+        "actor_label": Sql("text", "%(h_actor_label)s"),
+        "case_id": Sql("int", f"{ok}.hf_case"),
+        "created_at": Sql("text", "%(h_created_iso)s"),
+        "detail": Sql("object", fields=detail),
+        "from_status": Sql("text", "%(h_from_status)s"),
+        "reason": Sql("text", reason),
+        "to_status": Sql("text", "%(h_to_status)s"),
+        "version": Sql("int", f"{ok}.hf_version + 1"),
+    }
+    from_read = {
+        Attempt: {
+            "case_id": f"{ok}.hf_case",
+            "operation_id": f"{ok}.hf_operation",
+            "reference": reference,
+            "sequence": f"{ok}.hf_sequence",
+            "started_by_id": f"{ok}.hf_started_by",
+            "fencing_token": f"{ok}.hf_token",
+        },
+        CaseEvent: {
+            "case_id": f"{ok}.hf_case",
+            "version": f"{ok}.hf_version + 1",
+            "reason": reason,
+            "detail": detail_json,
+            "prev_hash": f"COALESCE({ok}.hf_head, '')",
+            "hash": hash_sql(document, f"COALESCE({ok}.hf_head, '')"),
+        },
+    }
+
+    assert {m: frozenset(v) for m, v in from_read.items()} == _CLAIM_FROM_READ  # noqa: S101
+
+    def insert_from(model: Any, prefix: str, source: str) -> str:
         fields = insert_fields(model)
         names = ", ".join(f'"{f.column}"' for f in fields)
-        values = ", ".join(["%s"] * len(fields))
+        values = ", ".join(
+            from_read[model].get(f.attname, f"%({prefix}_{f.attname})s") for f in fields
+        )
         return (
             f'INSERT INTO "{model._meta.db_table}" ({names}) '  # noqa: S608 - model metadata
             f'SELECT {values} FROM {source} RETURNING "id"'
         )
 
-    sets = ", ".join(f'"{_case_field(name).column}" = %s' for name in CLAIMED_FIELDS)
+    table = Case._meta.db_table  # the WHERE's and RETURNING's
+    sets = ", ".join(
+        f'"{_case_field(name).column}" = %(c_{name})s'
+        for name in CLAIMED_FIELDS
+        if name not in {"status", "version"}
+    )
+    claimed = (
+        f'UPDATE "{Case._meta.db_table}" SET "status" = \'{Status.APPLYING.value}\', '  # noqa: S608
+        f'"version" = {ok}.hf_version + 1, {sets} FROM {ok} '
+        f'WHERE "{table}"."id" = {ok}.hf_case AND "{table}"."status" = '
+        f'\'{Status.READY.value}\' AND "{table}"."version" = {ok}.hf_version '
+        f'RETURNING "{table}"."id"'
+    )
+    attempt = insert_from(Attempt, "a", f"{ok} JOIN claimed ON claimed.id = {ok}.hf_case")
+    event = insert_from(CaseEvent, "e", f"{ok}, attempt")
     return (
-        f'WITH claimed AS (UPDATE "{Case._meta.db_table}" SET {sets} '  # noqa: S608 - metadata
-        f'WHERE "id" = %s AND "status" = %s AND "version" = %s RETURNING "id"), '
-        f"attempt AS ({insert_from(Attempt, 'claimed')}), "
-        f"event AS ({insert_from(CaseEvent, 'attempt')}) "
-        "SELECT attempt.id, event.id FROM attempt, event"
+        f"WITH {reads}, claimed AS ({claimed}), attempt AS ({attempt}), "  # noqa: S608 - metadata
+        f"event AS ({event}) "
+        "SELECT claim_read.*, (SELECT id FROM attempt), (SELECT id FROM event) FROM claim_read"
     )
 
 
-def _claim_write_sql(case: Case, version: int, attempt: Attempt, event: CaseEvent) -> bool:
+def pg_claim_params(
+    *, worker: Worker, kind: str, now: dt.datetime, lease: dt.datetime
+) -> dict[str, Any]:
+    """The values :func:`pg_claim_statement`'s write takes from the worker, not from the read:
+    the case's wait and next check, the attempt's and the event's other columns."""
     db = current()
-    params = [
-        *(_case_field(name).get_db_prep_save(getattr(case, name), db) for name in CLAIMED_FIELDS),
-        case.pk,
-        Status.READY.value,
-        version,
-        *insert_values(attempt, db),
-        *insert_values(event, db),
-    ]
-    with prepared_cursor() as cursor:
-        cursor.execute(_pg_claim_write_sql(), params)
-        ids = cursor.fetchone()
-    if ids is None:
-        return False
-    attempt.pk, event.pk = ids
-    for saved in (attempt, event):
-        saved._state.adding, saved._state.db = False, db.alias
-    return True
+    waiting_on, waiting_reason = WAITING_AFTER["claim"]
+    case_values = {
+        "waiting_on": waiting_on,
+        "waiting_reason": waiting_reason,
+        "next_check_at": lease,  # the watchdog's look: when the lease runs out unrenewed
+        "updated_at": now,
+    }
+    attempt = Attempt(
+        kind=kind,
+        worker=worker.label,
+        claimed_at=now,
+        lease_expires_at=lease,
+        heartbeat_at=now,
+    )
+    event = CaseEvent(
+        action=Action.CASE_CLAIMED.value,
+        from_status=Status.READY,
+        to_status=Status.APPLYING,
+        actor=user_or_none(worker),
+        actor_label=actor_label(worker),
+        created_at=now,
+    )
+    params: dict[str, Any] = {
+        f"c_{name}": _case_field(name).get_db_prep_save(value, db)
+        for name, value in case_values.items()
+    }
+    for prefix, instance in (("a", attempt), ("e", event)):
+        from_read = _CLAIM_FROM_READ[type(instance)]
+        written = zip(insert_fields(type(instance)), insert_values(instance, db), strict=True)
+        for f, value in written:
+            if f.attname not in from_read:
+                params[f"{prefix}_{f.attname}"] = value
+    # The hash's and the detail's own (``h_…``): a parameter is one type in a statement, and
+    # the columns' types (varchar, integer) are not the text and bigint the hash writes out.
+    params.update(
+        h_action=event.action,
+        h_actor_id=event.actor_id,
+        h_actor_label=event.actor_label,
+        h_from_status=event.from_status,
+        h_to_status=event.to_status,
+        h_created_iso=canonical_timestamp(now),
+        h_lease_iso=lease.isoformat(),
+    )
+    return params

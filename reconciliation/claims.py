@@ -40,10 +40,13 @@ from cases.kernel import (
     apply_transition,
     bump_and_save,
     case_step,
+    claim_event_words,
     claim_transition,
     claim_write,
     event_row,
     lock_case,
+    pg_claim_params,
+    pg_claim_statement,
     record_event,
     record_fact,
     user_or_none,
@@ -68,6 +71,7 @@ from cases.rows import (
 from reconciliation import metrics
 from reconciliation.complete import case_complete
 from reconciliation.leases import lease_expiry, lease_extend
+from reconciliation.models import Autonomy
 
 logger = logging.getLogger(__name__)
 
@@ -372,27 +376,41 @@ def _pg_claim_sql() -> str:
         "WHERE pp.case_id = c.id AND pp.status = %(approved)s AND ap.decision = %(approved)s "
         "AND ap.revoked_at IS NULL AND ap.expires_at > %(now)s ORDER BY ap.decided_at DESC LIMIT 1"
     )
+    # The guards by name too (``hf_…``): the one-statement claim's own guards read them
+    # (``_PG_GUARDS``), and the kernel's write the columns it names
+    # (``cases.kernel.CLAIM_READ_COLUMNS``). The reader takes them by position.
     select = f"""
         SELECT p."evidence_order_version", {columns(Operation, "o")},
                {columns(Case, "c")}, {columns(account, "a")},
                EXISTS (SELECT 1 FROM {t["cancellation"]} x
-                       WHERE x.case_id = c.id AND x.outcome = 'pending'),
-               (SELECT ap.id {live}), (SELECT ap.reference {live}), (SELECT ap."grant" {live}),
-               (SELECT ap.decided_at {live}),
+                       WHERE x.case_id = c.id AND x.outcome = 'pending') AS hf_pending_cancel,
+               (SELECT ap.id {live}) AS hf_approval_id, (SELECT ap.reference {live}) AS hf_approval,
+               (SELECT ap."grant" {live}) AS hf_grant, (SELECT ap.decided_at {live}) AS hf_decided,
                (SELECT f.kind_autonomy ->> c.kind FROM {t["profile"]} f
-                WHERE f.base_url = %(url)s ORDER BY f.probed_at DESC, f.id DESC LIMIT 1),
+                WHERE f.base_url = %(url)s ORDER BY f.probed_at DESC, f.id DESC LIMIT 1)
+                 AS hf_autonomy,
                EXISTS (SELECT 1 FROM {t["attempt"]} s
-                       WHERE s.operation_id = o.id AND s.submitted_at IS NOT NULL),
+                       WHERE s.operation_id = o.id AND s.submitted_at IS NOT NULL)
+                 AS hf_earlier_submitted,
                EXISTS (SELECT 1 FROM {t["event"]} e WHERE e.case_id = c.id
                        AND (e.detail ->> 'transition' = 'hold_for_recovery'
-                            OR e.action = %(replay)s)),
+                            OR e.action = %(replay)s)) AS hf_restored,
                (SELECT e.hash FROM {t["event"]} e WHERE e.case_id = c.id
-                ORDER BY e.id DESC LIMIT 1),
-               (SELECT max(s.sequence) FROM {t["attempt"]} s WHERE s.case_id = c.id),
-               (SELECT m.identity FROM {t["marker"]} m WHERE m.name = %(marker)s),
-               (SELECT m.epoch FROM {t["marker"]} m WHERE m.name = %(marker)s),
-               (SELECT m.updated_at FROM {t["marker"]} m WHERE m.name = %(source)s),
-               {next_fencing_token_sql()}
+                ORDER BY e.id DESC LIMIT 1) AS hf_head,
+               (SELECT max(s.sequence) FROM {t["attempt"]} s WHERE s.case_id = c.id)
+                 AS hf_last_sequence,
+               (SELECT m.identity FROM {t["marker"]} m WHERE m.name = %(marker)s)
+                 AS hf_marker_identity,
+               (SELECT m.epoch FROM {t["marker"]} m WHERE m.name = %(marker)s) AS hf_marker_epoch,
+               (SELECT m.updated_at FROM {t["marker"]} m WHERE m.name = %(source)s)
+                 AS hf_source_checked_at,
+               {next_fencing_token_sql()} AS hf_token,
+               c.id AS hf_case, c.version AS hf_version, c.reference AS hf_reference,
+               c.status AS hf_status, c.revoked_at AS hf_revoked_at,
+               c.last_checked_order_version AS hf_last_checked,
+               c.apply_authorized_by_id AS hf_started_by, a.access_active AS hf_access_active,
+               o.id AS hf_operation, o.key AS hf_key, o.confirmed_at AS hf_confirmed_at,
+               p.evidence_order_version AS hf_evidence_version
         FROM {t["proposal"]} p
         JOIN {t["case"]} c ON c.id = p.case_id
         JOIN {t["account"]} a ON a.id = c.account_id
@@ -402,16 +420,65 @@ def _pg_claim_sql() -> str:
 
 
 @functools.cache
-def _pg_next_claim_sql() -> str:
-    """The next-due claim's read in one statement: the pick (``_pg_pick_sql``, locking and
-    skipping what others hold), then the read by id of the case it picked."""
+def _pg_read_ctes(next_due: bool) -> str:
+    """The claim's read as CTEs (``WITH`` left out), ending with ``claim_read``: of the case
+    ``%(case)s`` (locked), or of the ready case due longest (the pick, ``_pg_pick_sql``, locking
+    and skipping what others hold; then the read by id of the case it picked)."""
     by_id = _pg_claim_sql()
+    if not next_due:
+        return f"claim_read AS ({by_id})"
     assert by_id.count("%(case)s") == 1  # noqa: S101 - the one place the pick's id goes
     picked = by_id.replace("%(case)s", "(SELECT pick.id FROM pick)")
-    return f"WITH pick AS ({_pg_pick_sql()}) {picked}"  # noqa: S608 - both from the models' metadata
+    return f"pick AS ({_pg_pick_sql()}), claim_read AS ({picked})"
+
+
+# The guards of ``_claim_refusal`` and ``_claim_won`` (the comparison with the order system is
+# due) as one condition on the read row: only a row that passes them is written. A row that
+# does not comes back unwritten, and those functions say which guard stopped it, as on every
+# other database (``tests/reconciliation/test_claim_one_statement.py`` holds both to the same
+# answer). The restore check compares the database's epoch with the one this host last saw for
+# the identity it knows (``%(identity)s``): a database it does not know yet writes nothing, and
+# the claim learns its identity and asks again (``_known_identity``).
+_PG_GUARDS = f"""
+    hf_status = '{Status.READY.value}'
+    AND (%(expected_version)s::bigint IS NULL OR hf_version = %(expected_version)s::bigint)
+    AND hf_revoked_at IS NULL AND hf_access_active AND NOT hf_pending_cancel
+    AND hf_operation IS NOT NULL
+    AND (hf_confirmed_at IS NOT NULL
+         OR (hf_approval_id IS NOT NULL AND hf_evidence_version = hf_last_checked
+             AND (hf_autonomy = '{Autonomy.AUTONOMOUS.value}' OR hf_started_by IS NOT NULL)))
+    AND (%(source_checked)s OR hf_confirmed_at IS NOT NULL
+         OR hf_source_checked_at >= %(source_cutoff)s)
+    AND (hf_marker_identity IS NULL OR hf_marker_epoch IS NULL
+         OR (hf_marker_identity = %(identity)s
+             AND hf_marker_epoch >= COALESCE(%(seen_epoch)s::bigint, hf_marker_epoch)))"""
+
+
+@functools.cache
+def _pg_claim_statement(next_due: bool) -> str:
+    """The whole claim as one statement (``cases.kernel.pg_claim_statement``): the read, the
+    guards, and the kernel's write of a row that passes them."""
+    reads = (
+        f"{_pg_read_ctes(next_due)}, claim_ok AS (SELECT *, "  # noqa: S608 - fixed text
+        f"COALESCE(hf_last_sequence, 0) + 1 AS hf_sequence FROM claim_read WHERE {_PG_GUARDS})"
+    )
+    return pg_claim_statement(reads)
 
 
 def _claim_read_sql(now: dt.datetime, *, case_id: int | None, skip: set[int]) -> _ClaimRow | None:
+    """The claim's read alone (the one-statement claim reads the same, ``_pg_claim_one``)."""
+    params = _read_params(now, case_id=case_id, skip=skip)
+    with prepared_cursor() as cursor:
+        read = _pg_read_ctes(case_id is None)
+        cursor.execute(f"WITH {read} SELECT * FROM claim_read", params)  # noqa: S608 - fixed
+        values = cursor.fetchone()
+    if values is None:
+        return None
+    return _row_from(values)
+
+
+def _read_params(now: dt.datetime, *, case_id: int | None, skip: set[int]) -> dict[str, Any]:
+    """The parameters of the claim's read (``_pg_claim_sql``, ``_pg_read_ctes``)."""
     from reconciliation.restore_detection import MARKER, SOURCE_MARKER
     from reconciliation.selectors import normalised_url
 
@@ -422,19 +489,16 @@ def _claim_read_sql(now: dt.datetime, *, case_id: int | None, skip: set[int]) ->
         "replay": Action.RESTORE_UNEXPECTED_REPLAY.value,
         "marker": MARKER,
         "source": SOURCE_MARKER,
-        "case": case_id,
         "sandbox": list(settings.ORDER_SYSTEM_SANDBOX_ORDERS),
         "skip": sorted(skip),
     }
-    with prepared_cursor() as cursor:
-        if case_id is None:
-            del params["case"]
-            cursor.execute(_pg_next_claim_sql(), params)
-        else:
-            cursor.execute(_pg_claim_sql(), params)
-        values = cursor.fetchone()
-    if values is None:
-        return None
+    if case_id is not None:
+        params["case"] = case_id
+    return params
+
+
+def _row_from(values: Any) -> _ClaimRow:
+    """The claim's row from the read's columns (``_pg_claim_sql``), by position."""
     account = Case._meta.get_field("account").related_model
     parts, at = [], 1  # after the proposal's evidence_order_version
     for model in (Operation, Case, account):
@@ -444,8 +508,9 @@ def _claim_read_sql(now: dt.datetime, *, case_id: int | None, skip: set[int]) ->
     operation = None if parts[0][0] is None else load(Operation, parts[0], db)
     case = load(Case, parts[1], db)
     case.account = load(account, parts[2], db)
-    # The guards in the statement's order: _GUARD_COLUMNS after the case's id and the version.
-    *read, token = values[at:]
+    # The guards in the statement's order: _GUARD_COLUMNS after the case's id and the version,
+    # then the token (the named columns after it are the one-statement claim's).
+    *read, token = values[at : at + len(_GUARD_COLUMNS) - 1]
     return _ClaimRow(
         case=case,
         operation=operation,
@@ -489,50 +554,31 @@ def _claim_won(
     row: _ClaimRow, *, worker: Worker, kind: str, now: dt.datetime, source_checked: bool
 ) -> Claimed:
     """Write the won claim under the lock the read took: the case, its attempt, its event."""
-    from reconciliation.restore_detection import source_check_due_from
-
     case: Case = row.case
     operation = row.operation
     assert operation is not None  # _claim_refusal refuses a proposal without one
-    if (
-        not source_checked
-        and operation.confirmed_at is None
-        and source_check_due_from(row.source_checked_at, now)
-    ):
-        raise SourceCheckDue
+    _source_check_due(row, now=now, source_checked=source_checked)
     lease = lease_expiry(kind, now)
     # The watchdog's look: when the attempt's lease runs out without a heartbeat.
     version = claim_transition(case, next_check_at=lease, now=now)
-    sequence = (row.last_sequence or 0) + 1
     token = row.token if row.token is not None else next_fencing_token()
-    attempt = Attempt(
-        case=case,
-        operation=operation,
-        reference=f"{case.reference}-a{sequence}",
-        sequence=sequence,
-        kind=kind,
+    attempt = _new_attempt(row, token=token, worker=worker, kind=kind, now=now, lease=lease)
+    reason, detail = claim_event_words(
+        attempt_reference=attempt.reference,
+        operation_key=operation.key,
+        token=attempt.fencing_token,
         worker=worker.label,
-        started_by_id=case.apply_authorized_by_id,
-        fencing_token=token,
-        claimed_at=now,
+        approval=row.approval_reference,
         lease_expires_at=lease,
-        heartbeat_at=now,
     )
     event = event_row(
         case=case,
         action=Action.CASE_CLAIMED,
         actor=worker,
-        reason=f"{attempt.reference} claimed {operation.key} (token {attempt.fencing_token})",
+        reason=reason,
         from_status=Status.READY,
         to_status=Status.APPLYING,
-        detail={
-            "attempt": attempt.reference,
-            "operation_key": operation.key,
-            "fencing_token": attempt.fencing_token,
-            "worker": worker.label,
-            "approval": row.approval_reference,
-            "lease_expires_at": attempt.lease_expires_at.isoformat(),
-        },
+        detail=detail,
         head=row.head or "",  # read with the case, under its lock ("": no event yet)
     )
     try:
@@ -543,8 +589,15 @@ def _claim_won(
     if not moved:  # the read locked the row: only a broken lock could get here
         raise ClaimRefused(f"{case.reference} changed while it was claimed.", reason="claimed")
     attempt.case, attempt.operation = case, operation
-    if sequence > 1:
-        _count_takeover(case.pk, sequence)
+    return _claim_result(row, attempt)
+
+
+def _claim_result(row: _ClaimRow, attempt: Attempt) -> Claimed:
+    """The won claim, with what its read saw (a takeover counted once it commits)."""
+    case, operation = row.case, row.operation
+    assert operation is not None  # written only with one
+    if attempt.sequence > 1:
+        _count_takeover(case.pk, attempt.sequence)
     return Claimed(
         attempt=attempt,
         case=case,
@@ -606,12 +659,26 @@ def claim_case(
     kind: str = "apply",
     source_checked: bool = False,
 ) -> Claimed:
-    """:func:`case_claim` returning what the claim read (``Claimed``). One transaction: on
-    PostgreSQL two statements, the guarded read that locks the case row and the write of the
-    case, the attempt and the event (``cases.kernel.claim_write``). Any guard that fails is reported
-    by :func:`_claim_refused`, which reads the services' own view of it and moves the case where
-    it belongs."""
+    """:func:`case_claim` returning what the claim read (``Claimed``). On PostgreSQL one
+    statement committed on its own (:func:`_claim_one`): the guarded read that locks the case
+    row and, when the guards hold, the write of the case, the attempt and the event. Elsewhere
+    one transaction: the read, then the kernel's write (``cases.kernel.claim_write``). Any
+    guard that fails is reported by :func:`_claim_refused`, which reads the services' own view
+    of it and moves the case where it belongs."""
     now = timezone.now()
+    if connection.vendor == "postgresql":
+        claimed = _claim_one(
+            now,
+            case_id=case_id,
+            skip=set(),
+            worker=worker,
+            kind=kind,
+            version=expected_version,
+            source_checked=source_checked,
+        )
+        if isinstance(claimed, Claimed):
+            return claimed
+        raise _claim_refused(case_id, worker=worker, expected_version=expected_version, now=now)
     with transaction.atomic():
         row = _claim_read(now, case_id=case_id)
         refusal = (
@@ -638,17 +705,153 @@ def claim_next_due(
     skip = set() if skip is None else skip
     while True:
         now = timezone.now()
-        with transaction.atomic():
-            row = _claim_read(now, skip=skip)
-            if row is None:
-                return None
-            refusal = _claim_refusal(row, now=now, version=None)
-            if refusal is None:
-                return _claim_won(
-                    row, worker=worker, kind=kind, now=now, source_checked=source_checked
-                )
-        skip.add(row.case_id)
-        _claim_refused(row.case_id, worker=worker, expected_version=None, now=now)
+        if connection.vendor == "postgresql":
+            claimed = _claim_one(
+                now,
+                case_id=None,
+                skip=skip,
+                worker=worker,
+                kind=kind,
+                version=None,
+                source_checked=source_checked,
+            )
+            if claimed is None or isinstance(claimed, Claimed):
+                return claimed
+            refused_id = claimed
+        else:
+            with transaction.atomic():
+                row = _claim_read(now, skip=skip)
+                if row is None:
+                    return None
+                refusal = _claim_refusal(row, now=now, version=None)
+                if refusal is None:
+                    return _claim_won(
+                        row, worker=worker, kind=kind, now=now, source_checked=source_checked
+                    )
+            refused_id = row.case_id
+        skip.add(refused_id)
+        _claim_refused(refused_id, worker=worker, expected_version=None, now=now)
+
+
+# The identity of each database whose restore marker the one-statement claim compared with
+# this host's file (by connection alias): a claim on a database not known yet writes nothing,
+# learns it, and asks again.
+_known_identity: dict[str, str] = {}
+
+
+def _claim_one(
+    now: dt.datetime,
+    *,
+    case_id: int | None,
+    skip: set[int],
+    worker: Worker,
+    kind: str,
+    version: int | None,
+    source_checked: bool,
+) -> Claimed | int | None:
+    """PostgreSQL: the claim as one statement (``_pg_claim_statement``): the claimed case, or
+    the id of the case whose guard refused (the caller reports it), or None when nothing was
+    read. What stopped an unwritten row is read from the row itself, by the same functions as
+    on other databases: ``_claim_refusal`` (a restore raises ``RecoveryRequired``), then the
+    comparison with the order system (``SourceCheckDue``)."""
+    from reconciliation.restore_detection import SOURCE_CHECK_MAX_AGE, read_epoch
+
+    lease = lease_expiry(kind, now)
+    alias = connection.alias
+    for _ in range(2):  # the second time only after learning the database's identity
+        identity = _known_identity.get(alias)
+        params = {
+            **_read_params(now, case_id=case_id, skip=skip),
+            **pg_claim_params(worker=worker, kind=kind, now=now, lease=lease),
+            "expected_version": version,
+            "source_checked": source_checked,
+            "source_cutoff": now - SOURCE_CHECK_MAX_AGE,
+            "identity": identity,
+            "seen_epoch": read_epoch(identity) if identity else None,
+        }
+        with prepared_cursor() as cursor:
+            cursor.execute(_pg_claim_statement(case_id is None), params)
+            values = cursor.fetchone()
+        if values is None:
+            return None
+        row = _row_from(values)
+        attempt_id, event_id = values[-2:]
+        if attempt_id is not None:
+            return _claimed(row, attempt_id, worker=worker, kind=kind, now=now, lease=lease)
+        if _claim_refusal(row, now=now, version=version) is not None:
+            return row.case_id
+        _source_check_due(row, now=now, source_checked=source_checked)
+        if row.marker_identity is None or row.marker_identity == identity:
+            # Every guard holds as read, and yet nothing was written: only a broken lock could.
+            raise ClaimRefused(
+                f"{row.case.reference} changed while it was claimed.", reason="claimed"
+            )
+        _known_identity[alias] = row.marker_identity
+    raise ClaimRefused(f"{row.case.reference} changed while it was claimed.", reason="claimed")
+
+
+def _source_check_due(row: _ClaimRow, *, now: dt.datetime, source_checked: bool) -> None:
+    """No claim on records older than the order system: without a recent clean comparison
+    with it, the caller asks it first (``SourceCheckDue``)."""
+    from reconciliation.restore_detection import source_check_due_from
+
+    operation = row.operation
+    assert operation is not None  # _claim_refusal refuses a proposal without one
+    if (
+        not source_checked
+        and operation.confirmed_at is None
+        and source_check_due_from(row.source_checked_at, now)
+    ):
+        raise SourceCheckDue
+
+
+def _claimed(
+    row: _ClaimRow,
+    attempt_id: int,
+    *,
+    worker: Worker,
+    kind: str,
+    now: dt.datetime,
+    lease: dt.datetime,
+) -> Claimed:
+    """The claim the one statement wrote, as the objects ``_claim_won`` makes: the case moved
+    in memory as it was in the database, and its new attempt."""
+    case: Case = row.case
+    operation = row.operation
+    assert operation is not None  # written only with an operation
+    assert row.token is not None  # and with the token the read took
+    claim_transition(case, next_check_at=lease, now=now)
+    attempt = _new_attempt(row, token=row.token, worker=worker, kind=kind, now=now, lease=lease)
+    attempt.pk = attempt_id
+    attempt._state.adding, attempt._state.db = False, connection.alias
+    return _claim_result(row, attempt)
+
+
+def _new_attempt(
+    row: _ClaimRow,
+    *,
+    token: int,
+    worker: Worker,
+    kind: str,
+    now: dt.datetime,
+    lease: dt.datetime,
+) -> Attempt:
+    """The claim's attempt on the case it read: the next sequence, its reference, the token."""
+    case: Case = row.case
+    sequence = (row.last_sequence or 0) + 1
+    return Attempt(
+        case=case,
+        operation=row.operation,
+        reference=f"{case.reference}-a{sequence}",
+        sequence=sequence,
+        kind=kind,
+        worker=worker.label,
+        started_by_id=case.apply_authorized_by_id,
+        fencing_token=token,
+        claimed_at=now,
+        lease_expires_at=lease,
+        heartbeat_at=now,
+    )
 
 
 def _claim_refused(

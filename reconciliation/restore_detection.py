@@ -65,7 +65,8 @@ def _marker_file(identity: str) -> Path:
     return Path(settings.HOLDFAST_STATE_DIR) / f"database-{identity}.json"
 
 
-def _read_epoch(identity: str) -> int | None:
+def read_epoch(identity: str) -> int | None:
+    """The epoch this host last saw for the database ``identity`` (its file), or None."""
     try:
         return int(json.loads(_marker_file(identity).read_text())["epoch"])
     except (FileNotFoundError, ValueError, KeyError, TypeError):
@@ -95,7 +96,7 @@ def restore_detected_from(identity: str | None, epoch: int | None) -> str:
     case, in the same query): ``None`` means no marker yet."""
     if identity is None or epoch is None:
         return ""
-    seen = _read_epoch(identity)
+    seen = read_epoch(identity)
     if seen is not None and epoch < seen:
         # ``epoch`` was read before the file: this host's dispatcher may have advanced both in
         # between (it writes the file only after the database). Behind only if it still is.

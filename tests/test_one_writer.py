@@ -260,7 +260,7 @@ def test_a_case_status_is_written_only_by_the_kernel():
     }
     assert {rel for rel, _ in direct | called | raw} <= {"cases/kernel.py"}, direct | called | raw
     assert ("cases/kernel.py", "claim_transition") in called
-    assert ("cases/kernel.py", "_pg_claim_write_sql") in raw
+    assert ("cases/kernel.py", "pg_claim_statement") in raw
 
 
 def test_an_audit_event_of_a_case_is_saved_only_by_the_kernel():
@@ -274,7 +274,7 @@ def test_an_audit_event_of_a_case_is_saved_only_by_the_kernel():
         "insert into", "CaseEvent._meta.db_table"
     )
     assert {rel for rel, _ in saves | raw} == {"cases/kernel.py"}, saves | raw
-    assert {"record_event", "event_row", "_claim_write_orm"} <= {f for _, f in saves}
+    assert {"record_event", "event_row", "claim_write"} <= {f for _, f in saves}
 
 
 def test_fencing_tokens_come_only_from_cases_fencing():
