@@ -90,6 +90,12 @@ class DashboardTile:
     count: Callable[[Viewer], int]
     url: Callable[[], str]
     order: int = 100
+    # Whether ``user`` gets the tile at all (its list is a page they may open): by default,
+    # everyone does.
+    shown: Callable[[Viewer], bool] | None = None
+
+    def shown_to(self, user: Viewer) -> bool:
+        return self.shown is None or self.shown(user)
 
 
 @dataclass(frozen=True)

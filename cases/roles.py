@@ -1,11 +1,11 @@
-"""Role groups (agent, lead, approver, auditor) and the permissions each holds.
+"""Role groups (agent, lead, approver, auditor, operator) and the permissions each holds.
 
 Migrations call ``grant_role_permissions`` with the historical app registry.
 """
 
 from __future__ import annotations
 
-ROLES = ("agent", "lead", "approver", "auditor")
+ROLES = ("agent", "lead", "approver", "auditor", "operator")
 
 
 def grant_role_permissions(apps, mapping: dict[str, list[str]]) -> None:
@@ -90,12 +90,21 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
         "approvals.view_approval",
         "approvals.view_operation",
         "reconciliation.view_ordersystemprofile",
+        # The team's order events, read only (``reconciliation.selectors``).
+        "reconciliation.view_inboundevent",
+    ],
+    # Runs Holdfast, in no team: the inbound events no team owns yet (the webhook backlog
+    # alert's), besides any team's it belongs to, and the order system's probe.
+    "operator": [
+        "reconciliation.view_unowned_inboundevent",
+        "reconciliation.view_ordersystemprofile",
+        "reconciliation.run_probe",
     ],
 }
 
 
 def ensure_roles() -> None:
-    """Make the four role groups exist with today's permissions (idempotent).
+    """Make the role groups exist with today's permissions (idempotent).
 
     Used by ``load_demo`` and by tests whose database was flushed after the migrations ran.
     """

@@ -522,15 +522,34 @@ def actor_may_set_away(*, actor: Actor, user) -> bool:
     )
 
 
+# An absence ends within this many days: longer is a reassignment, not an absence.
+MAX_ABSENCE_DAYS = 366
+
+
+def absence_end_error(away_until: dt.date | None) -> str:
+    """Why an absence may not end on ``away_until`` ('' when it may; None: not away)."""
+    if away_until is None:
+        return ""
+    today = timezone.localdate()
+    if away_until < today:
+        return "An absence ends today or later."
+    latest = today + dt.timedelta(days=MAX_ABSENCE_DAYS)
+    if away_until > latest:
+        # 9999-12-31 hands every case to the backup for good: that is a reassignment.
+        return (
+            f"An absence ends within a year (by {latest:%Y-%m-%d}); for longer, reassign the "
+            "person's cases."
+        )
+    return ""
+
+
 def staff_set_away(*, user, away_until: dt.date | None, actor: Actor) -> None:
     """Mark a person away until a date (inclusive); their cases fall to their backups, and each
     of their open cases records the hand-over (and the return) on its timeline."""
     from cases.models import StaffProfile
 
-    if away_until is not None and away_until < timezone.localdate():
-        raise InvalidCaseInput(
-            "An absence ends today or later.", fields={"away_until": ["Today or later."]}
-        )
+    if why := absence_end_error(away_until):
+        raise InvalidCaseInput(why, fields={"away_until": [why]})
     if not actor_may_set_away(actor=actor, user=user):
         raise ActionNotPermitted(f"{actor_label(actor)} may not change {user}'s absence.")
     with transaction.atomic():

@@ -169,13 +169,10 @@ from cases.admin.search import IndexedSearchMixin  # noqa: E402
 from cases.paging import BoundedCountAdminMixin  # noqa: E402
 from reconciliation.inbound import ORDER_UPDATED, inbound_event_process  # noqa: E402
 from reconciliation.models import InboundEvent  # noqa: E402
-
-LEAD_PERMISSION = "cases.lead_case"
-
-
-def may_see_inbound_events(user) -> bool:
-    """Superusers and leads (who see only their teams' orders' events)."""
-    return bool(user.is_active and (user.is_superuser or user.has_perm(LEAD_PERMISSION)))
+from reconciliation.selectors import (  # noqa: E402
+    may_process_inbound_events,
+    may_see_inbound_events,
+)
 
 
 class InboundTypeFilter(admin.SimpleListFilter):
@@ -236,10 +233,11 @@ class InboundEventAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelA
 
     def get_queryset(self, request):
         # Only events whose order belongs to the account of one of the caller's teams' cases
-        # (the account the order system reported, never the order id alone).
+        # (the account the order system reported, never the order id alone); for an operator,
+        # also those no team owns yet.
         from reconciliation.selectors import inbound_events_for
 
-        return inbound_events_for(request.user)
+        return inbound_events_for(request.user, unowned=True)
 
     def has_module_permission(self, request):
         return may_see_inbound_events(request.user)
@@ -286,9 +284,15 @@ class InboundEventAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelA
     def short_error(self, obj: InboundEvent) -> str:
         return obj.last_error[:120]
 
-    @admin.action(description="Process again (changes nothing already processed)")
+    def has_process_permission(self, request):
+        """The "process again" action is offered to who may use it (not to an auditor)."""
+        return may_process_inbound_events(request.user)
+
+    @admin.action(
+        description="Process again (changes nothing already processed)", permissions=["process"]
+    )
     def process_again(self, request, queryset):
-        if not may_see_inbound_events(request.user):
+        if not may_process_inbound_events(request.user):
             raise PermissionDenied
         results: dict[str, int] = {}
         for event_id in queryset.values_list("event_id", flat=True):
@@ -309,6 +313,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect  # noqa:
 
 from cases.actions import case_actions  # noqa: E402
 from cases.admin import CaseForm, CaseRevoker, case_admin_extend, change_url, person  # noqa: E402
+from cases.admin.forms import errors_in_words  # noqa: E402
 from cases.exceptions import CaseError  # noqa: E402
 from cases.models import (  # noqa: E402
     Case,
@@ -353,9 +358,9 @@ def settle_view(
     back = change_url(case)
     form = SettleForm(request.POST or None, prefix="settle")
     if request.method != "POST" or not form.is_valid():
-        model_admin.message_user(
-            request, "Settlement not recorded: fill in every field.", messages.ERROR
-        )
+        # What is wrong, by field: "fill in every field" was said of fields filled in too long.
+        why = errors_in_words(form) if request.method == "POST" else "nothing was sent"
+        model_admin.message_user(request, f"Settlement not recorded: {why}", messages.ERROR)
         return HttpResponseRedirect(back)
     try:
         outcome = case_settle_manually(case=case, actor=person(request), **form.cleaned_data)

@@ -1,18 +1,26 @@
 """What reconciliation plugs into the kernel's extension points (``cases.extensions``).
 
 Registered once from ``ReconciliationConfig.ready``: the order system's autonomy badge on the
-admin home.
+admin home, and its count of the inbound events whose processing failed.
 """
 
 from __future__ import annotations
 
 from django.http import HttpRequest
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils.safestring import SafeString
 
 from cases import extensions, kinds
-from reconciliation.models import Autonomy
-from reconciliation.selectors import current_autonomy, current_profile, kinds_autonomy
+from cases.paging import BoundedCountPaginator
+from reconciliation.models import Autonomy, InboundEvent
+from reconciliation.selectors import (
+    current_autonomy,
+    current_profile,
+    inbound_events_for,
+    kinds_autonomy,
+    may_see_inbound_events,
+)
 
 
 def autonomy_panel(request: HttpRequest) -> SafeString:
@@ -39,6 +47,29 @@ def self_settling_kinds() -> list[str]:
     return [code for code in kinds.codes() if profile.autonomy_of(code) == Autonomy.AUTONOMOUS]
 
 
+def failed_inbound_count(user) -> int:
+    """The failed inbound events ``user``'s inbound events page lists (an operator's include
+    those no team owns yet), counted at most 1,000 ("1,000+") like the page itself."""
+    failed = inbound_events_for(user, unowned=True).filter(
+        processing=InboundEvent.Processing.FAILED
+    )
+    return BoundedCountPaginator(failed, 1).count
+
+
+def failed_inbound_url() -> str:
+    url = reverse("admin:reconciliation_inboundevent_changelist")
+    return f"{url}?processing__exact={InboundEvent.Processing.FAILED}"
+
+
 def register() -> None:
     extensions.register_panel(extensions.DashboardPanel("Order system autonomy", autonomy_panel))
+    extensions.register_tile(
+        extensions.DashboardTile(
+            "Order events that failed",
+            failed_inbound_count,
+            failed_inbound_url,
+            order=60,
+            shown=may_see_inbound_events,
+        )
+    )
     extensions.register_self_settling(workers_may_settle, self_settling_kinds)

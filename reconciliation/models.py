@@ -257,6 +257,10 @@ class InboundEvent(models.Model):
 
     class Meta:
         ordering = ["-received_at", "-id"]
+        # An operator's: the events no team owns yet (``selectors.inbound_events_for``).
+        permissions = [
+            ("view_unowned_inboundevent", "Can see inbound events no team owns yet"),
+        ]
         indexes = [
             models.Index(fields=["processing", "next_attempt_at"], name="recon_inbound_due"),
             # The inbound events page: its order (newest first), and its search field by

@@ -7,7 +7,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from cases import kinds
 from cases.models import Case
@@ -108,14 +108,44 @@ def profiles_for(base_url: str | None = None):
     return OrderSystemProfile.objects.filter(base_url=url).order_by("-probed_at", "-id")
 
 
-def inbound_events_for(user) -> QuerySet[InboundEvent]:
+# Operators see the events no team owns yet (``operator`` role; ``may_see_inbound_events``).
+UNOWNED_INBOUND_PERMISSION = "reconciliation.view_unowned_inboundevent"
+
+
+def may_see_inbound_events(user) -> bool:
+    """Whether ``user`` gets the inbound events page: superusers, leads and auditors (their
+    teams' orders' events) and operators (the events no team owns yet, besides their teams')."""
+    return bool(
+        user.is_active
+        and (may_process_inbound_events(user) or user.has_perm("reconciliation.view_inboundevent"))
+    )
+
+
+def may_process_inbound_events(user) -> bool:
+    """Whether ``user`` may have the events they see processed again: superusers, leads and
+    operators (an auditor reads them only)."""
+    return bool(
+        user.is_active
+        and (
+            user.is_superuser
+            or user.has_perm("cases.lead_case")
+            or user.has_perm(UNOWNED_INBOUND_PERMISSION)
+        )
+    )
+
+
+def inbound_events_for(user, *, unowned: bool = False) -> QuerySet[InboundEvent]:
     """Inbound events ``user`` may see: all of them for a superuser; otherwise those whose
     order belongs, by the account the order system reported when the event was processed, to
     the account of one of the user's teams' cases on that order.
 
     An order id alone proves nothing (anyone can open a case on any order id), so an event
     whose account is not known yet (pending, or failed before the order could be read), or is
-    no account of ours, is shown to superusers only.
+    no account of ours, belongs to no team. A superuser sees it; so does an operator (who holds
+    ``reconciliation.view_unowned_inboundevent``) when ``unowned`` asks for it: the inbound
+    events page does, so that the events the webhook backlog alert counts can be looked at
+    without a superuser's login. A case's page never does: such an event is not evidence about
+    any case.
 
     The check runs for every event a page shows or counts, so it is most of the page's cost:
     one look in ``case_order_idx`` for a case of the event's order and account (``account``,
@@ -136,4 +166,7 @@ def inbound_events_for(user) -> QuerySet[InboundEvent]:
         order_id=OuterRef("order_id"),
         account_id=OuterRef("account_id"),
     )
-    return InboundEvent.objects.filter(account__isnull=False).filter(Exists(own_cases))
+    owned = Q(account__isnull=False) & Exists(own_cases)
+    if unowned and user.has_perm(UNOWNED_INBOUND_PERMISSION):
+        return InboundEvent.objects.filter(owned | Q(account__isnull=True))
+    return InboundEvent.objects.filter(owned)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django import template
 from django.urls import reverse
 from django.utils import timezone
@@ -41,7 +43,11 @@ def holdfast_dashboard(context):
         ("Follow-up at risk", cases.at_risk().count(), f"{changelist}?follow_up=at_risk"),
         ("Overdue follow-up", cases.overdue().count(), f"{changelist}?overdue=yes"),
     ]
-    queues += [(tile.label, tile.count(user), tile.url()) for tile in dashboard_tiles()]
+    queues += [
+        (tile.label, tile.count(user), tile.url())
+        for tile in dashboard_tiles()
+        if tile.shown_to(user)
+    ]
     return {
         "queues": queues,
         "panels": [(panel.title, panel.render(request)) for panel in dashboard_panels()],
@@ -65,27 +71,27 @@ def intake_context(request) -> dict | None:
 
 def absence_context(request) -> dict:
     """Who may be marked away from the home page: oneself, and a lead's team members."""
-    from cases.services import actor_may_set_away
+    from cases.services import MAX_ABSENCE_DAYS, actor_may_set_away
 
     user = request.user
-    people = [
-        person
-        # Staff only: an integration's user has no desk to be away from.
-        for person in selectors.team_people(user)
-        .filter(is_staff=True)
-        .select_related("staff_profile")
-        if actor_may_set_away(actor=user, user=person)
-    ]
+    # Staff only: an integration's user has no desk to be away from.
+    team = list(selectors.team_people(user).filter(is_staff=True).select_related("staff_profile"))
+    people = [person for person in team if actor_may_set_away(actor=user, user=person)]
     today = timezone.localdate()
+    # Who is away is told to everyone on the teams (an agent's cases fall to the backups too),
+    # not only to those who may mark them back.
     away = [
         (person, person.staff_profile.away_until)
-        for person in people
+        for person in team
         if getattr(person, "staff_profile", None) and person.staff_profile.is_away(today)
     ]
     return {
         "people": people,
         "away": away,
+        # Those of them this user may mark back (themselves; a lead, their team's).
+        "back": [(person, until) for person, until in away if person in people],
         "today": today,
+        "latest": today + dt.timedelta(days=MAX_ABSENCE_DAYS),
         "url": reverse("admin:cases_staffprofile_mark_away"),
         "me": user,
         "my_profile": StaffProfile.objects.filter(user=user).first(),

@@ -21,7 +21,10 @@ from .conftest import reload
 def test_the_upper_apps_register_their_contributions_after_the_kernels():
     assert list(QUEUES) == ["held", "needs_attention", "review"]
     assert QUEUES["review"].case_lookup == "case__"
-    assert [tile.label for tile in extensions.dashboard_tiles()] == ["Proposals awaiting review"]
+    assert [tile.label for tile in extensions.dashboard_tiles()] == [
+        "Proposals awaiting review",
+        "Order events that failed",
+    ]
     assert [panel.title for panel in extensions.dashboard_panels()] == ["Order system autonomy"]
     assert withdraw_before_new_evidence in extensions.BEFORE_EVIDENCE_REPLACED
 

@@ -361,3 +361,96 @@ def test_a_case_answer_reads_each_guard_once(request, surface, case, lead, api):
     ]
     assert guards, [q["sql"] for q in captured.captured_queries]
     assert len(guards) == len(set(guards)), guards
+
+
+def test_everyone_on_the_team_is_told_who_is_away(lead, backup, agent, approver, case):
+    """The agent's and the approver's home page said "Nobody on your teams is away" while the
+    lead was: the notice listed only the people the viewer may mark back."""
+    from cases.services import staff_set_away
+
+    until = timezone.localdate() + dt.timedelta(days=2)
+    staff_set_away(user=lead, away_until=until, actor=lead)
+    for viewer in (agent, approver, backup):
+        client = Client()
+        client.force_login(viewer)
+        home = client.get(reverse("admin:index")).content.decode()
+        assert "Nobody on your teams is away" not in home, viewer
+        assert f"Away now: <strong>Lena Lead</strong> until {until:%Y-%m-%d}" in home, viewer
+    # Only who may mark the lead back is offered to: the agent is not.
+    client = Client()
+    client.force_login(agent)
+    assert (
+        'aria-label="Mark someone back"' not in client.get(reverse("admin:index")).content.decode()
+    )
+    client.force_login(backup)
+    assert 'aria-label="Mark someone back"' in client.get(reverse("admin:index")).content.decode()
+
+
+def test_an_absence_ends_within_a_year(lead, case):
+    from cases.exceptions import InvalidCaseInput
+    from cases.services import MAX_ABSENCE_DAYS, staff_set_away
+
+    with pytest.raises(InvalidCaseInput) as refused:
+        staff_set_away(user=lead, away_until=dt.date(9999, 12, 31), actor=lead)
+    assert "reassign" in str(refused.value)
+    latest = timezone.localdate() + dt.timedelta(days=MAX_ABSENCE_DAYS)
+    staff_set_away(user=lead, away_until=latest, actor=lead)
+    assert type(lead).objects.get(pk=lead.pk).staff_profile.away_until == latest
+
+
+def test_the_last_error_is_not_said_twice(case):
+    """ "Needs corrected input: Order ORD-9999 …; last error: Order ORD-9999 …": the case's
+    waiting reason was its error, and the next step said it twice."""
+    from cases.models import Status
+
+    error = "The order system has no order ORD-9999 of account ACC-100"
+    type(case).objects.filter(pk=case.pk).update(
+        status=Status.NEEDS_ATTENTION, waiting_reason=error, last_error=error
+    )
+    case = reload(case)
+    words = describe_next_action(case).why_waiting
+    assert words.count("has no order ORD-9999") == 1, words
+    case.waiting_reason = "Needs corrected input"
+    words = describe_next_action(case).why_waiting
+    assert f"last error: {error}" in words, words
+
+
+def test_a_past_absence_on_the_profile_page_is_said_beside_its_field(lead):
+    """Saving "Away until 2020-01-01" on the staff profile page answered a bare "403
+    Forbidden"; the home page's form said why. Both say it now, and nothing changes."""
+    from cases.models import StaffProfile
+
+    profile, _ = StaffProfile.objects.get_or_create(user=lead)
+    client = Client()
+    client.force_login(lead)
+
+    response = client.post(
+        reverse("admin:cases_staffprofile_change", args=[profile.pk]),
+        {"away_until": "2020-01-01"},
+    )
+
+    assert response.status_code == 200
+    assert "An absence ends today or later." in response.content.decode()
+    profile.refresh_from_db()
+    assert profile.away_until is None
+
+
+def test_a_refusal_reads_in_words_not_its_code(case):
+    """ "Needs a person: order_not_open; last error: order_not_open: Order ORD-7734 is
+    shipped": the page shows the order system's words; the code stays stored."""
+    from cases.models import Status
+    from cases.next_action import error_words
+
+    stored = "order_not_open: Order ORD-7734 is shipped: the order system refuses it"
+    type(case).objects.filter(pk=case.pk).update(
+        status=Status.NEEDS_ATTENTION,
+        waiting_reason="Needs a person: the order system refused the change",
+        last_error=stored,
+    )
+    words = describe_next_action(reload(case)).why_waiting
+
+    assert "order_not_open" not in words, words
+    assert "last error: Order ORD-7734 is shipped: the order system refuses it" in words
+    assert reload(case).last_error == stored
+    assert error_words("connect_failed: ConnectError") == "ConnectError"
+    assert error_words("The fence could not be raised: x") == "The fence could not be raised: x"

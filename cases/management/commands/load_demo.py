@@ -33,8 +33,11 @@ DEMO_USERS = [
     ("agent", "agent", "Ada Agent", True),
     ("approver", "approver", "Ari Approver", True),
     ("auditor", "auditor", "Aud Itor", True),
+    ("operator", "operator", "Otto Operator", True),
     ("integration", "agent", "Order intake integration", False),
 ]
+# Roles that run Holdfast rather than work a team's cases: their users join no team.
+TEAMLESS_ROLES = {"operator"}
 DEMO_ACCOUNT = "ACC-100"
 DEMO_ORDER = "ORD-7731"
 DEMO_REQUEST_KEY = "email-2026-11-30-northwind-delivery"
@@ -115,7 +118,8 @@ class Command(BaseCommand):
                     user.email = f"{username}@example.com"
                     user.save(update_fields=["email"])
                 user.groups.add(Group.objects.get(name=role))
-                team.members.add(user)
+                if role not in TEAMLESS_ROLES:
+                    team.members.add(user)
                 users[username] = user
             team.default_owner = users["lead"]
             team.default_backup = users["backup"]
