@@ -11,10 +11,12 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.formats import date_format
 
 from approvals import selectors, services
 from approvals.models import Approval, Operation, Proposal
 from cases.admin import CaseForm, ReadOnlyInline, case_admin_extend, change_url, person
+from cases.admin.forms import errors_in_words
 from cases.exceptions import CaseError
 from cases.models import Case
 from cases.paging import BoundedCountAdminMixin
@@ -137,7 +139,7 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
         "order_id",
         "description",
         "evidence_order_version",
-        "evidence_ids",
+        # Not "evidence_ids" ([5], the rows' ids): the page lists the evidence in words.
         "advisory_note",
         "content_hash",
         "operation",
@@ -179,7 +181,8 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
         if proposal.status != Proposal.Status.AWAITING_REVIEW:
             return "—"
         expiry = services.approval_expiry_bounds()[0]
-        return timezone.localtime(expiry).strftime("%Y-%m-%d %H:%M")
+        # The zone named, as every date the desk writes (config/formats).
+        return date_format(timezone.localtime(expiry), "DATETIME_FORMAT")
 
     def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
         if obj is not None:
@@ -237,11 +240,7 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
         if not form.is_valid():
             self.message_user(
                 request,
-                "Check the form: "
-                + "; ".join(
-                    f"{form[k].label if k in form.fields else k}: {' '.join(v)}"
-                    for k, v in form.errors.items()
-                ),
+                f"Check the form: {errors_in_words(form)}",
                 messages.ERROR,
             )
             return self._page_again(request, pk, prefix, form)

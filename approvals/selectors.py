@@ -97,12 +97,13 @@ def why_cannot_decide(proposal: Proposal, user, *, team_ids: Collection[int] | N
     """
     if proposal.status != Proposal.Status.AWAITING_REVIEW:
         return f"This proposal is {proposal.get_status_display().lower()}; nothing to decide."
+    # The role first: someone who may decide nothing is told so, not that they authored it.
+    if not actor_may(user, "approvals.approve_proposal", proposal.case, team_ids=team_ids):
+        return "Only the team's approvers decide proposals."
     roles = author_roles_of(proposal, user)
     if roles:
         reason = own_proposal_reason(roles, case_label="this case", proposal_label="this proposal")
         return f"{reason}; another approver of the team must decide it."
-    if not actor_may(user, "approvals.approve_proposal", proposal.case, team_ids=team_ids):
-        return "Only the team's approvers decide proposals."
     return ""
 
 

@@ -93,7 +93,9 @@ class ProposalSerializer(serializers.ModelSerializer):
         return kind is not None and kind.irreversible
 
     def get_would_expire_at(self, proposal) -> str:
-        return approval_expiry_bounds()[0].replace(microsecond=0).isoformat()
+        # Written as DRF writes every other time of the answer ("…Z", not "…+00:00").
+        expiry = approval_expiry_bounds()[0].replace(microsecond=0)
+        return serializers.DateTimeField().to_representation(expiry)
 
     def _answer(self, proposal: Proposal) -> DecisionAnswer:
         """The selectors' answer for this row: the view passes a page's answers in the context

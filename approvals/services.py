@@ -553,14 +553,17 @@ def proposal_approve(
     default_expiry, max_expiry = approval_expiry_bounds(now)
     if expires_at is not None:
         expires_at = expires_at.replace(microsecond=0)
-    if expires_at is not None and not (now < expires_at <= max_expiry):
-        raise ExpiryOutOfBounds(
-            f"The approval must expire after now and no later than {max_expiry:%Y-%m-%d %H:%M %Z}.",
-            fields={"expires_at": [f"Choose a time up to {max_expiry.isoformat()}."]},
-        )
-    expires_at = (expires_at or default_expiry).replace(microsecond=0)
+    expires_at_or_default = (expires_at or default_expiry).replace(microsecond=0)
     with transaction.atomic():
+        # Who may decide first: someone who may not is told that, not that the time is wrong.
         case, proposal, decider = _decidable(proposal.pk, actor)
+        if expires_at is not None and not (now < expires_at <= max_expiry):
+            latest = f"{timezone.localtime(max_expiry, dt.UTC):%Y-%m-%d %H:%M} UTC"
+            raise ExpiryOutOfBounds(
+                f"The approval must expire after now and no later than {latest}.",
+                fields={"expires_at": [f"Choose a time after now and up to {latest}."]},
+            )
+        expires_at = expires_at_or_default
         operation = proposal.operation
         if operation is None:  # preparing a proposal always names its operation
             raise RuntimeError(f"Proposal #{proposal.pk} awaits review without an operation.")

@@ -88,7 +88,9 @@ class CaseViewSet(
             queryset = queryset.filter(status=value)
         if (value := params.get("waiting_on")) is not None:
             if value not in WaitingOn.values:
-                errors["waiting_on"] = [f"Unknown value {value!r}."]
+                errors["waiting_on"] = [
+                    f"Unknown value {value!r}; one of {', '.join(WaitingOn.values)}."
+                ]
             queryset = queryset.filter(held.waiting_on_is(value))
         for name in ("owner", "responsible"):
             value = params.get(name)

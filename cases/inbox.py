@@ -142,6 +142,30 @@ def may_edit_policies(user: Any) -> bool:
     )
 
 
+# The longest follow-up time a policy sets: a year (99,999,999,999 minutes was accepted).
+POLICY_MAX_MINUTES = 366 * 24 * 60
+
+
+def follow_up_policy_errors(
+    *, kind: str, reason: str, minutes: int | None, at_risk_percent: int | None
+) -> dict[str, list[str]]:
+    """What is wrong with a follow-up policy, by field (the admin's form shows them beside
+    their fields; the service refuses with them)."""
+    from cases import kinds
+
+    errors: dict[str, list[str]] = {}
+    if reason not in WaitReason.values:
+        errors["reason"] = [f"Unknown reason {reason!r}."]
+    if minutes is not None and not 1 <= minutes <= POLICY_MAX_MINUTES:
+        errors["minutes"] = [f"From 1 to {POLICY_MAX_MINUTES:,} minutes (a year)."]
+    if at_risk_percent is not None and not 0 <= at_risk_percent <= 99:
+        errors["at_risk_percent"] = ["From 0 to 99."]
+    codes = kinds.codes()
+    if kind.strip() and kind.strip() not in codes:
+        errors["kind"] = [f"A change kind this desk offers: {', '.join(codes)}; empty: any."]
+    return errors
+
+
 def follow_up_policy_set(
     *, actor: Any, kind: str, reason: str, minutes: int, at_risk_percent: int
 ) -> FollowUpPolicy:
@@ -149,16 +173,9 @@ def follow_up_policy_set(
     any kind) may take, and its at-risk share. Applies to waits that start from now on."""
     if not may_edit_policies(actor):
         raise ActionNotPermitted("Only leads set follow-up policies.")
-    errors: dict[str, list[str]] = {}
-    if reason not in WaitReason.values:
-        errors["reason"] = [f"Unknown reason {reason!r}."]
-    if minutes < 1:
-        errors["minutes"] = ["At least one minute."]
-    if not 0 <= at_risk_percent <= 99:
-        errors["at_risk_percent"] = ["From 0 to 99."]
-    if len(kind) > 40:
-        errors["kind"] = ["At most 40 characters."]
-    if errors:
+    if errors := follow_up_policy_errors(
+        kind=kind, reason=reason, minutes=minutes, at_risk_percent=at_risk_percent
+    ):
         raise InvalidCaseInput("The policy is not valid.", fields=errors)
     by: Any = actor
     policy, _ = FollowUpPolicy.objects.update_or_create(

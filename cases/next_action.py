@@ -8,6 +8,7 @@ wait, nobody to answer, no follow-up.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -231,8 +232,14 @@ def _why(case: Case) -> str:
             f"{case.retry_count} failed source check{'s' if case.retry_count != 1 else ''} in a "
             f"row (a person is asked after {settings.SOURCE_CHECK_ATTEMPT_LIMIT})",
         )
-    if case.last_error and case.status in {Status.NEEDS_ATTENTION, Status.HELD}:
-        why = _join(why, f"last error: {case.last_error}")
+    error = error_words(case.last_error)
+    if (
+        error
+        and case.status in {Status.NEEDS_ATTENTION, Status.HELD}
+        # Not twice: the waiting reason often is the error itself.
+        and error.rstrip(".") not in why
+    ):
+        why = _join(why, f"last error: {error}")
     if case.status == Status.HELD and (lapsed := _approval_lapsed(case)):
         why = _join(
             why,
@@ -294,6 +301,16 @@ def _finished(case: Case, permitted: list[str]) -> NextAction:
         finished=True,
         status=status_label(case),
     )
+
+
+_CODED = re.compile(r"(?P<code>[a-z][a-z0-9]*(?:_[a-z0-9]+)+): (?P<words>.+)", re.DOTALL)
+
+
+def error_words(error: str) -> str:
+    """A stored error as a person reads it: "order_not_open: Order ORD-7734 is shipped" is
+    the order system's code, then its words; the words are what a page shows."""
+    found = _CODED.fullmatch(error or "")
+    return found.group("words") if found else (error or "")
 
 
 def describe_next_action(case: Case, *, actor=None, now: dt.datetime | None = None) -> NextAction:

@@ -13,7 +13,11 @@ import unicodedata
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxLengthValidator, RegexValidator
+from django.core.validators import (
+    MaxLengthValidator,
+    ProhibitNullCharactersValidator,
+    RegexValidator,
+)
 
 from cases.exceptions import InvalidCaseInput
 
@@ -240,11 +244,15 @@ class StatedMaxLength(MaxLengthValidator):
 def one_length_message(validators: list[Any]) -> list[Any]:
     """A field's ``validators`` with Django's (or DRF's) length check stated only, when one of
     :data:`LENGTH_BOUNDING_VALIDATORS` checks the length: a long value gets one message
-    ("At most 4000 characters (this has 5000).") instead of two."""
+    ("At most 4000 characters (this has 5000).") instead of two. Those refuse every control
+    character too, so DRF's own refusal of NUL goes: a NUL gets one message as well ("U+0000
+    NULL is not allowed in text.", not that and "Null characters are not allowed.")."""
     if not any(isinstance(v, LENGTH_BOUNDING_VALIDATORS) for v in validators):
         return validators
     return [
-        StatedMaxLength(v.limit_value) if type(v) is MaxLengthValidator else v for v in validators
+        StatedMaxLength(v.limit_value) if type(v) is MaxLengthValidator else v
+        for v in validators
+        if not isinstance(v, ProhibitNullCharactersValidator)
     ]
 
 
@@ -259,7 +267,7 @@ def not_the_accounts_order(order_id: str, account_reference: str) -> str:
     """Why an order cannot be the account's, in the same words whether the order system has no
     such order or has it for another account: an answer that told the two apart would tell
     anyone who may open a case whether an order id exists."""
-    return f"Order {order_id} is not an order of account {account_reference}"
+    return f"The order system has no order {order_id} of account {account_reference}"
 
 
 def cut_at_word(text: str, limit: int) -> str:

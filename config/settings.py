@@ -83,6 +83,8 @@ MIDDLEWARE = [
     # A view's refused database connection is a 503 with Retry-After (config.unavailable).
     "config.unavailable.DatabaseUnavailableMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # An API path that is no endpoint: JSON 404, before APPEND_SLASH redirects (config.api_paths).
+    "config.api_paths.ApiPathMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",

@@ -1165,7 +1165,7 @@ class EndedNeedsAttention(Ending):
             reason=f"The order system refused {attempt.operation.key}: "
             f"{self.text.rstrip('.')}. Repeating it would change nothing; a person must correct "
             "the cause",
-            waiting=(WaitingOn.OWNER, f"Needs a person: {self.error}"),
+            waiting=(WaitingOn.OWNER, "Needs a person: the order system refused the change"),
             next_check_at=None,
         )
 

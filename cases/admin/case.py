@@ -18,6 +18,7 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
@@ -39,6 +40,7 @@ from cases.admin.forms import CaseChangeForm
 from cases.admin.inlines import AttemptInline, CancellationInline, CaseEventInline, EvidenceInline
 from cases.admin.related import RelationsAsTheyMayOpen, as_text
 from cases.admin.search import IndexedSearchMixin
+from cases.case_story import event_sentence, status_label
 from cases.exceptions import CaseError
 from cases.models import Case, CaseEvent, FollowUpState, WaitingOn, overdue_cutoff
 from cases.paging import BoundedCountAdminMixin
@@ -310,6 +312,8 @@ class CaseAdmin(
 
     @admin.display(description="responsible now")
     def responsible_now_display(self, case: Case) -> Any:
+        if case.is_terminal:
+            return "—"  # closed: nobody answers for it any more
         person = case.responsible_now
         if person != case.owner:
             return format_html("{} <small>(backup; owner away)</small>", person)
@@ -326,7 +330,7 @@ class CaseAdmin(
         """The person's clock: when the one waited on is late, at risk or overdue."""
         if case.follow_up_at is None or case.is_terminal:
             return "—"
-        text = timezone.localtime(case.follow_up_at).strftime("%Y-%m-%d %H:%M")
+        text = date_format(timezone.localtime(case.follow_up_at), "DATETIME_FORMAT")
         state = case.follow_up_state()
         if state == FollowUpState.OVERDUE:
             return format_html('<strong class="hf-overdue">{} (overdue)</strong>', text)
@@ -338,7 +342,7 @@ class CaseAdmin(
     def next_check_display(self, case: Case) -> str:
         if case.next_check_at is None:
             return "—"
-        text = timezone.localtime(case.next_check_at).strftime("%Y-%m-%d %H:%M")
+        text = date_format(timezone.localtime(case.next_check_at), "DATETIME_FORMAT")
         if case.next_check_at < overdue_cutoff() and not case.is_terminal:
             return format_html('<strong class="hf-overdue">{} (overdue)</strong>', text)
         return text
@@ -465,13 +469,21 @@ def breakable(code: str, *, at: str = "._:") -> str:
 
 
 @admin.register(CaseEvent)
-class CaseEventAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
+class CaseEventAdmin(
+    RelationsAsTheyMayOpen, IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin
+):
     # The reason is what an auditor reads: the columns before it stay narrow (the status change
     # in one column, the action code breaking only at its dots), so that it fits a desktop
     # window beside the filters (``tests/browser/test_layout.py``).
-    list_display = ["when", "case", "action_code", "status_change", "acted_by", "reason"]
+    list_display = ["when", "case", "what_happened", "status_change", "acted_by", "reason"]
     list_display_links = ["when"]
     list_filter = [("action", ActionFilter)]
+    # The event in words first on its own page too (the stored fields follow, as stored).
+    readonly_fields = ["what_happened"]
+    # Who acted links to their user page only for who may open it (an auditor may not).
+    plain_relations = ("case", "actor")
+    case_as_text = as_text("case", "case")
+    actor_as_text = as_text("actor", "actor")
     # Field by field through each one's trigram index (``cases.admin.search``): the case
     # reference's on the cases, the reason's and the actor's on the events (migration 0015).
     search_fields = ["case__reference", "reason", "actor_label"]
@@ -483,10 +495,20 @@ class CaseEventAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmi
     def get_queryset(self, request: HttpRequest) -> QuerySet[CaseEvent]:
         return selectors.events_for(request.user).select_related("case")
 
-    @admin.display(description="Action", ordering="action")
-    def action_code(self, obj: CaseEvent) -> str:
-        """The code, breakable after its dots and underscores (``cases.<wbr>case.<wbr>…``)."""
-        return breakable(obj.action)
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = [name for name in super().get_fields(request, obj) if name != "what_happened"]
+        return ["what_happened", *fields]
+
+    @admin.display(description="What happened", ordering="action")
+    def what_happened(self, obj: CaseEvent) -> str:
+        """The event in the words of the case's timeline (``cases.case_story``), with the
+        stored code under it, breakable after its dots (``cases.<wbr>case.<wbr>…``): what the
+        action filter and an export name it by."""
+        return format_html(
+            '{}<br><small class="hf-code">{}</small>',
+            event_sentence(obj).text,
+            breakable(obj.action),
+        )
 
     @admin.display(description="Actor", ordering="actor_label")
     def acted_by(self, obj: CaseEvent) -> str:
@@ -498,13 +520,12 @@ class CaseEventAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmi
 
     @admin.display(description="Version: status", ordering="version")
     def status_change(self, obj: CaseEvent) -> str:
-        """The version the event produced and the status change, if any (``v2: new →
-        waiting_source``)."""
+        """The version the event produced and the status change, if any, in the statuses'
+        names (``v2: New → Waiting for the order source``)."""
+        before, after = status_label(obj.from_status), status_label(obj.to_status)
         if obj.from_status == obj.to_status:
-            text = f"v{obj.version}" + (f": {obj.to_status}" if obj.to_status else "")
-        else:
-            text = f"v{obj.version}: {obj.from_status or '—'} → {obj.to_status or '—'}"
-        return breakable(text)
+            return f"v{obj.version}" + (f": {after}" if after else "")
+        return f"v{obj.version}: {before or '—'} → {after or '—'}"
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -68,6 +68,16 @@ class CaseChangeForm(forms.ModelForm):
         return data
 
 
+def errors_in_words(form: forms.BaseForm) -> str:
+    """A refused form's errors for a message: each field by its label ("Summary: Ensure this
+    value has at most 280 characters."), the form's own errors as they are."""
+    said = {name: " ".join(str(e) for e in errors) for name, errors in form.errors.items()}
+    return "; ".join(
+        f"{form[name].label}: {text}" if name in form.fields else text
+        for name, text in said.items()
+    )
+
+
 def label_split_inputs(form: forms.BaseForm, name: str, labels: tuple[str, ...]) -> None:
     """Name each input of a split widget (the admin's date and time of one field): its
     ``<label>`` points at the first only, so a screen reader announces the others unnamed."""

@@ -13,6 +13,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 
@@ -88,7 +89,7 @@ class NotificationAdmin(admin.ModelAdmin):
 
     @admin.display(description="When", ordering="created_at")
     def when(self, obj: Notification) -> str:
-        return f"{timezone.localtime(obj.created_at):%Y-%m-%d %H:%M}"
+        return date_format(timezone.localtime(obj.created_at), "DATETIME_FORMAT")
 
     @admin.display(description="What")
     def what(self, obj: Notification) -> str:
@@ -218,9 +219,25 @@ class PreferencesForm(forms.Form):
 
 
 class FollowUpPolicyForm(forms.ModelForm):
+    """The service's checks beside their fields (``inbox.follow_up_policy_errors``): the
+    database's constraint names ("Constraint … is violated") were the message before."""
+
     class Meta:
         model = FollowUpPolicy
         fields = ["reason", "kind", "minutes", "at_risk_percent"]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        errors = inbox.follow_up_policy_errors(
+            kind=cleaned.get("kind") or "",
+            reason=cleaned.get("reason") or (self.instance.reason if self.instance.pk else ""),
+            minutes=cleaned.get("minutes"),
+            at_risk_percent=cleaned.get("at_risk_percent"),
+        )
+        for name, said in errors.items():
+            if name in self.fields and name not in self.errors:
+                self.add_error(name, said)
+        return cleaned
 
 
 @admin.register(FollowUpPolicy)

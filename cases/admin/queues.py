@@ -16,6 +16,7 @@ from django.db.models.functions import Coalesce
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.formats import date_format
 from django.utils.html import format_html
 
 from cases import selectors
@@ -34,6 +35,7 @@ from cases.models import (
     HeldCase,
     Status,
 )
+from cases.next_action import error_words
 from cases.paging import BoundedCountAdminMixin
 
 QueueAction = Callable[..., None]
@@ -148,17 +150,17 @@ class _QueueAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelAdmin):
     def since(self, case: Case) -> str:
         """When the case's latest event brought it to the queue's status (``since_at``)."""
         since_at = getattr(case, "since_at", None)
-        return timezone.localtime(since_at).strftime("%Y-%m-%d %H:%M") if since_at else "—"
+        return date_format(timezone.localtime(since_at), "DATETIME_FORMAT") if since_at else "—"
 
     @admin.display(description="why")
     def why(self, case: Case) -> str:
-        return case.last_error or case.waiting_reason
+        return error_words(case.last_error) or case.waiting_reason
 
     @admin.display(description="next check", ordering="next_check_at")
     def next_check(self, case: Case) -> str:
         if case.next_check_at is None:
             return "—"
-        return timezone.localtime(case.next_check_at).strftime("%Y-%m-%d %H:%M")
+        return date_format(timezone.localtime(case.next_check_at), "DATETIME_FORMAT")
 
 
 # The events that record what the order system showed a reconciliation (``cases.codes``).
@@ -171,7 +173,7 @@ _FINDINGS = (
 
 
 def _at(moment: Any) -> str:
-    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M") if moment else ""
+    return date_format(timezone.localtime(moment), "DATETIME_FORMAT") if moment else ""
 
 
 @admin.register(HeldCase)

@@ -34,7 +34,10 @@ class RelationsAsTheyMayOpen:
 
     def _hidden_relations(self, request: HttpRequest, obj: Any) -> set[str]:
         """The relations shown read-only to this viewer whose model they may not view (an
-        editable relation stays a choice: only its link was ever the problem)."""
+        editable relation stays a choice: only its link was ever the problem). An add page
+        links nothing: none."""
+        if obj is None:
+            return set()
         model_admin: Any = self
         editable = model_admin.has_change_permission(request, obj)
         readonly = set(model_admin.readonly_fields)

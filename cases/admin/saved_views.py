@@ -191,7 +191,8 @@ def bulk_reassign(
             return None
         model_admin.message_user(
             request,
-            f"Reassigned {len(done)} cases: {', '.join(c.reference for c in done)}.",
+            f"Reassigned {len(done)} case{'' if len(done) == 1 else 's'}: "
+            f"{', '.join(c.reference for c in done)}.",
             messages.SUCCESS,
         )
         return None

@@ -15,6 +15,7 @@ from django.urls import URLPattern, path, reverse
 
 from cases import selectors, services
 from cases.admin.forms import AbsenceForm
+from cases.admin.related import RelationsAsTheyMayOpen, as_text
 from cases.admin.views import person
 from cases.exceptions import CaseError
 from cases.models import StaffProfile, Team
@@ -56,23 +57,44 @@ class TeamForm(forms.ModelForm):
 
 
 @admin.register(Team)
-class TeamAdmin(admin.ModelAdmin):
+class TeamAdmin(RelationsAsTheyMayOpen, admin.ModelAdmin):
     form = TeamForm
+    # The default owner and backup link to their user pages only for who may open them.
+    plain_relations = ("default_owner", "default_backup")
+    default_owner_as_text = as_text("default_owner", "default owner")
+    default_backup_as_text = as_text("default_backup", "default backup")
     list_display = ["name", "case_prefix", "default_owner", "default_backup"]
     filter_horizontal = ["members"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         # The prefix is in every reference and operation key of the team's cases: set once,
         # before the first (left blank, one is made from the name).
-        return ["case_prefix"] if obj is not None and obj.cases.exists() else []
+        fields = ["case_prefix"] if obj is not None and obj.cases.exists() else []
+        return self.readonly_shown(request, obj, fields)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Team]:
         return selectors.teams_for(request.user)
 
 
+class StaffProfileForm(forms.ModelForm):
+    """The absence's end checked as the service checks it, beside its field (a refused date
+    was a bare "403 Forbidden")."""
+
+    def clean_away_until(self) -> Any:
+        away_until = self.cleaned_data.get("away_until")
+        if why := services.absence_end_error(away_until):
+            raise forms.ValidationError(why)
+        return away_until
+
+
 @admin.register(StaffProfile)
-class StaffProfileAdmin(admin.ModelAdmin):
+class StaffProfileAdmin(RelationsAsTheyMayOpen, admin.ModelAdmin):
+    form = StaffProfileForm
     list_display = ["user", "away_until"]
+    # The person is chosen on the add page only (``get_readonly_fields``); read-only after.
+    readonly_fields = ("user",)
+    plain_relations = ("user",)
+    user_as_text = as_text("user", "user")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[StaffProfile]:
         qs = super().get_queryset(request).select_related("user")
@@ -81,7 +103,7 @@ class StaffProfileAdmin(admin.ModelAdmin):
         return qs.filter(user__holdfast_teams__in=selectors.teams_for(request.user)).distinct()
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
-        return ["user"] if obj is not None else []
+        return self.readonly_shown(request, obj, ["user"] if obj is not None else [])
 
     def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
         if db_field.name == "user":

@@ -21,7 +21,7 @@ from django.urls import reverse
 from cases import services
 from cases.actions import CaseAction, action_run, case_actions, get_action, who_may
 from cases.admin.extend import EXTENSIONS, CaseForm
-from cases.admin.forms import ActionForm, EvidenceForm
+from cases.admin.forms import ActionForm, EvidenceForm, errors_in_words
 from cases.case_story import event_sentence
 from cases.exceptions import CaseError, VersionConflict
 from cases.kernel import actor_may
@@ -130,9 +130,12 @@ def action_view(
     if not form.is_valid():
         if "reason" in form.errors and "expected_version" not in form.errors:
             # Asked again, on the same page: what is missing is said by the field.
-            model_admin.message_user(
-                request, "Nothing was done: give a reason for this action.", messages.ERROR
+            why = (
+                errors_in_words(form)  # a reason given but refused (too long, a control)
+                if str(request.POST.get("reason", "")).strip()
+                else "give a reason for this action."
             )
+            model_admin.message_user(request, f"Nothing was done: {why}", messages.ERROR)
             return _confirm_page(model_admin, request, case, action, form)
         model_admin.message_user(
             request,

@@ -72,11 +72,23 @@ def address_errors(address: object, *, prefix: str = "change.address") -> dict[s
         elif part == "country":
             if not _COUNTRY.fullmatch(text.upper()):
                 errors[field] = ["Two letters: the ISO 3166-1 alpha-2 code, e.g. GB."]
+            elif not _assigned(text.upper()):
+                errors[field] = [
+                    f"{text.upper()} is no country: an ISO 3166-1 alpha-2 code, e.g. GB."
+                ]
         elif part != "line2" and not text:
             errors[field] = ["Required."]
         elif len(text) > TEXT_MAX:
             errors[field] = [f"At most {TEXT_MAX} characters (this has {len(text)})."]
     return errors
+
+
+def _assigned(code: str) -> bool:
+    """Whether ``code`` is an assigned ISO 3166-1 alpha-2 code (``pycountry``'s list, kept to
+    the standard by its maintainers): two letters alone let ZZ and XX through."""
+    import pycountry
+
+    return pycountry.countries.get(alpha_2=code) is not None
 
 
 def canonical_address(address: Mapping[str, Any]) -> dict[str, str]:

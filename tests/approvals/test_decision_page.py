@@ -431,6 +431,7 @@ def test_the_case_page_names_the_operation_that_counts_apart_from_earlier_ones(
     first_key, second_key = proposal.operation.key, second.operation.key
     assert second_key != first_key
     assert (
-        f"<dd>{second_key} (the same key across re-approval, retries and takeovers); "
+        f"<dd>{second_key} (kept by this proposal's retries and takeovers; a changed "
+        "proposal gets a new key); "
         f"earlier: {first_key}</dd>"
     ) in body

@@ -175,6 +175,35 @@ def test_approve_with_expiry_beyond_the_maximum_is_400(proposal, approver, api, 
     assert reload(proposal.case).status == Status.AWAITING_REVIEW
 
 
+def test_the_expiry_bound_is_said_in_the_desks_time_words(proposal, approver, api, settings):
+    """The field said "Choose a time up to 2026-12-06T19:10:25.330828+00:00" beside "no later
+    than 2026-12-06 19:10 UTC": one form, to the minute, with its zone."""
+    settings.APPROVAL_MAX_MINUTES = 60
+    latest = services.approval_expiry_bounds()[1]
+    response = api(approver).post(
+        f"/api/proposals/{proposal.pk}/approve/",
+        {"expires_at": (latest + dt.timedelta(days=1)).isoformat()},
+        format="json",
+    )
+    words = f"{latest.astimezone(dt.UTC):%Y-%m-%d %H:%M} UTC"
+    assert response.json()["fields"]["expires_at"] == [
+        f"Choose a time after now and up to {words}."
+    ]
+    assert response.json()["detail"].endswith(f"no later than {words}.")
+
+
+def test_who_may_not_decide_is_told_so_before_the_expiry_is_checked(proposal, agent, api):
+    """The author (an agent, no approver) sending a year-9999 expiry was told the time was out
+    of bounds (400), as if a better time would do; it is 403."""
+    response = api(agent).post(
+        f"/api/proposals/{proposal.pk}/approve/",
+        {"expires_at": "9999-01-01T00:00:00Z"},
+        format="json",
+    )
+    assert response.status_code == 403
+    assert not Approval.objects.exists()
+
+
 def test_approve_with_expiry_within_the_maximum_uses_it(proposal, approver, api, settings):
     settings.APPROVAL_MAX_MINUTES = 60
     wanted = (timezone.now() + dt.timedelta(minutes=59)).replace(microsecond=0)

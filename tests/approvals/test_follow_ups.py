@@ -252,6 +252,34 @@ def test_only_leads_set_follow_up_policies(agent, approver, lead):
     assert list(FollowUpPolicy.objects.values_list("minutes", "updated_by")) == [(7, lead.pk)]
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("minutes", "0", "From 1 to 527,040 minutes (a year)."),
+        ("minutes", "99999999999", "From 1 to 527,040 minutes (a year)."),
+        ("at_risk_percent", "150", "From 0 to 99."),
+        ("kind", "x" * 40, "A change kind this desk offers: "),
+    ],
+)
+def test_the_policy_form_says_what_is_wrong_beside_the_field(client, lead, field, value, message):
+    """The form answered 'Constraint "follow_up_policy_minutes_positive" is violated.' and took
+    a kind no desk offers and 99,999,999,999 minutes (a policy leads cannot delete)."""
+    from django.urls import reverse
+
+    from cases.models import FollowUpPolicy
+
+    client.force_login(lead)
+    data = {"reason": "held", "kind": "", "minutes": "30", "at_risk_percent": "25", field: value}
+
+    response = client.post(reverse("admin:cases_followuppolicy_add"), data)
+
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert any(m.startswith(message) for m in errors[field]), errors
+    assert "Constraint" not in response.content.decode()
+    assert not FollowUpPolicy.objects.exists()
+
+
 def test_a_passed_follow_up_reminds_the_person_responsible_once(
     checked_case, agent, approver, backup, lead, submit
 ):

@@ -445,6 +445,23 @@ def test_eligible_approvers_exclude_every_author(account, both, approver, make_u
     assert selectors.why_cannot_decide(proposal, other) == ""
 
 
+def test_an_author_who_is_no_approver_is_told_the_role_not_the_authorship(
+    api, account, agent, approver
+):
+    """An agent who opened the case was told "You opened this case; another approver of the
+    team must decide it", as if being an approver were all that stood in the way; a decision
+    then answered "agent may not decide proposals". The role comes first."""
+    case = _opened_by(agent, account)
+    proposal = _worker_prepares(case)
+
+    assert selectors.why_cannot_decide(proposal, agent) == (
+        "Only the team's approvers decide proposals."
+    )
+    detail = api(agent).get(f"/api/proposals/{proposal.pk}/").json()
+    assert detail["why_not"] == "Only the team's approvers decide proposals."
+    assert detail["may_decide"] is False
+
+
 def test_decision_page_shows_an_author_no_buttons_and_names_the_others(
     client, account, both, approver
 ):

@@ -51,6 +51,9 @@ def test_api_queue_lists_proposals_awaiting_review_oldest_first(api, approver, q
     assert first["evidence_order_version"] == 1
     assert first["can_decide"] is True
     assert first["would_expire_at"]
+    # Every time of the answer in one form: DRF's "…Z" (it was "…+00:00" beside "…Z").
+    assert first["would_expire_at"].endswith("Z"), first["would_expire_at"]
+    assert first["created_at"].endswith("Z"), first["created_at"]
 
 
 def test_api_queue_rejects_an_unknown_status(api, approver, queue):
@@ -108,6 +111,9 @@ def test_admin_proposal_page_shows_the_exact_change_evidence_preparer_and_defaul
         f"expires by default at {moment:%Y-%m-%d %H:%M} UTC" in body for moment in (before, after)
     )
     assert "Approve this exact proposal" in body
+    # The evidence in words (its list), not the rows' ids ("Evidence ids: [5]").
+    assert "Evidence ids" not in body
+    assert 'id="hf-evidence"' in body
 
 
 def test_admin_case_page_shows_proposal_history_operation_key_and_live_approval(

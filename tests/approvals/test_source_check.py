@@ -97,7 +97,7 @@ def test_unknown_order_sends_case_to_needs_attention_with_the_reason(case, live_
     event = CaseEvent.objects.filter(case=case).latest("id")
     assert event.to_status == Status.NEEDS_ATTENTION
     # The words of another account's order: whether an order id exists is never told.
-    assert event.reason.startswith("Order ORD-NOPE is not an order of account ACC-100")
+    assert event.reason.startswith("The order system has no order ORD-NOPE of account ACC-100")
     assert "does not know" not in case.last_error
     assert case.last_checked_order_version is None
 

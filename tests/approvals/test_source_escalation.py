@@ -156,7 +156,7 @@ def test_source_check_of_a_case_needing_attention_for_another_cause_changes_noth
     assert source_check(case_id=case.pk) == "needs_attention"
     case = reload(case)
     error, version = case.last_error, case.version
-    assert "is not an order of account ACC-100" in error
+    assert f"has no order {ORDER} of account ACC-100" in error
 
     _unavailable(live_orders)
     for _ in range(4):

@@ -201,7 +201,7 @@ def test_the_page_never_describes_an_order_of_another_account(as_user, live_orde
 
     body = _choose(client, account, "ORD-THEIRS", "shipping_address").content.decode()
 
-    assert "is not an order of account ACC-100" in body
+    assert "The order system has no order ORD-THEIRS of account ACC-100" in body
     assert "Dock Road" not in body
     assert "ACC-999" not in body
 

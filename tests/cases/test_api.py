@@ -176,6 +176,15 @@ def test_a_value_too_long_gets_one_message_saying_by_how_much(token_client, acco
     assert fields["order_id"] == [f"At most {IDENTIFIER_MAX_LENGTH} characters."]
 
 
+def test_a_null_character_gets_one_message(token_client, account):
+    """ "U+0000 … is not allowed in text." came with DRF's "Null characters are not allowed."."""
+    response = token_client.post("/api/cases/", {**INTAKE, "note": "a\x00b"}, format="json")
+
+    assert response.status_code == 400
+    (message,) = response.json()["fields"]["note"]
+    assert message.startswith("U+0000"), message
+
+
 @pytest.mark.parametrize("path", ["/api/cases/", "/api/hooks/orders/"])
 def test_a_body_past_the_upload_limit_is_413_in_the_api_shape(
     token_client, account, settings, writes, path
@@ -436,6 +445,9 @@ def test_list_with_unknown_filter_value_is_400(api, lead, case, params):
 
     assert response.status_code == 400
     assert set(response.json()["fields"]) == set(params)
+    if "overdue" not in params:  # a choice among values: the answer names them
+        (message,) = response.json()["fields"][next(iter(params))]
+        assert "; one of " in message, message
 
 
 def test_detail_has_the_contract_fields(api, lead, case):

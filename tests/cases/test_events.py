@@ -141,3 +141,27 @@ def test_admin_event_list_has_no_bulk_delete_action(client, lead, event):
         listing.wsgi_request
     )
     assert b'name="action"' not in listing.content
+
+
+def test_the_audit_trail_reads_in_words_with_the_code_kept(client, auditor, case):
+    """The auditor's list said "cases.case.created" and "v1: — → waiting_source": the events
+    now read as the case's timeline does, the stored code under the words (it is what the
+    action filter names), and the statuses by their names."""
+    from cases.case_story import event_sentence, status_label
+
+    first = case.events.order_by("id").first()
+    client.force_login(auditor)
+
+    listing = client.get(reverse("admin:cases_caseevent_changelist")).content.decode()
+
+    sentence = event_sentence(first).text
+    assert sentence
+    assert sentence != first.action
+    assert sentence in listing
+    assert '<small class="hf-code">cases.<wbr>case.<wbr>created</small>' in listing
+    assert f"v{first.version}: — → {status_label(first.to_status)}" in listing
+    assert "→ waiting_source" not in listing
+
+    page = client.get(reverse("admin:cases_caseevent_change", args=[first.pk])).content.decode()
+    assert page.index("What happened") < page.index(sentence)
+    assert page.index(sentence) < page.index("Namespaced code")

@@ -169,7 +169,8 @@ def test_admin_settle_form_with_a_huge_order_version_is_refused_not_a_500(
     assert held.status == Status.HELD
     events = CaseEvent.objects.filter(case=held).count()
 
-    response = browser(lead).post(
+    client = browser(lead)
+    response = client.post(
         reverse("admin:cases_case_settle", args=[held.pk]),
         {
             "settle-expected_version": held.version,
@@ -184,6 +185,11 @@ def test_admin_settle_form_with_a_huge_order_version_is_refused_not_a_500(
     assert CaseEvent.objects.filter(case=held).count() == events
     held.refresh_from_db()
     assert held.status == Status.HELD
+    # The message says which field, not "fill in every field" (every field was filled in).
+    page = client.get(response["Location"])
+    text = " ".join(str(m) for m in page.context["messages"])
+    assert "Settlement not recorded: Order version: " in text, text
+    assert "fill in every field" not in text
 
 
 # --- delivery dates ---------------------------------------------------------------------------

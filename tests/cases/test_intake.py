@@ -254,6 +254,21 @@ def test_the_change_is_validated_by_its_kind_and_stored_canonical(account, write
     }
 
 
+@pytest.mark.parametrize("code", ["ZZ", "XX", "qq"])
+def test_a_country_code_no_country_has_is_refused(account, writes, code):
+    """ZZ and XX are two letters but no country: they were accepted (201) and went to an
+    approver whose proposal the order system then refused."""
+    with pytest.raises(InvalidCaseInput) as refused:
+        _intake(account, change=address_change(country=code))
+
+    assert refused.value.fields == {
+        "change.address.country": [
+            f"{code.upper()} is no country: an ISO 3166-1 alpha-2 code, e.g. GB."
+        ]
+    }
+    assert writes() == (0, 0)
+
+
 def test_a_kind_this_desk_does_not_offer_is_refused(account, writes):
     with pytest.raises(InvalidCaseInput) as refused:
         case_open(
