@@ -236,6 +236,23 @@ def proposal_record_authors(*, case: Case, proposal: Proposal) -> list[ProposalA
 # --- preparing and submitting -------------------------------------------------------------------
 
 
+def _refuse_if_evidence_is_behind(case: Case) -> None:
+    """A person prepares only on the newest order the desk knows of: when the order system
+    reported a newer version since the order was read (an order event, recorded as evidence),
+    the proposal would rest on an order that is gone, an approver would decide it, and the
+    apply would invalidate it."""
+    from django.db.models import Max
+
+    newest = case.evidence.aggregate(newest=Max("order_version"))["newest"]
+    read = case.last_checked_order_version
+    if newest is not None and read is not None and newest > read:
+        raise InvalidCaseInput(
+            f"The order system reported order {case.order_id} at version {newest} since it was "
+            f"read at version {read}: check the source again, then prepare the proposal.",
+            fields={"case": [f"The order changed to version {newest}; read it again first."]},
+        )
+
+
 def proposal_prepare(
     *,
     case: Case,
@@ -274,6 +291,8 @@ def proposal_prepare(
                 "No current order evidence: check the source first.",
                 fields={"case": ["The order has not been read yet."]},
             )
+        if not isinstance(actor, Worker):
+            _refuse_if_evidence_is_behind(case)
         for draft in case.proposals.filter(status=Proposal.Status.DRAFT):
             _close_proposal(draft, Proposal.Status.WITHDRAWN, "Replaced by a newer draft")
         change = kinds.canonical(change or case.change)

@@ -548,10 +548,11 @@ def staff_set_away(*, user, away_until: dt.date | None, actor: Actor) -> None:
     of their open cases records the hand-over (and the return) on its timeline."""
     from cases.models import StaffProfile
 
-    if why := absence_end_error(away_until):
-        raise InvalidCaseInput(why, fields={"away_until": [why]})
+    # Who may first: someone who may not is told that, not that the date is wrong.
     if not actor_may_set_away(actor=actor, user=user):
         raise ActionNotPermitted(f"{actor_label(actor)} may not change {user}'s absence.")
+    if why := absence_end_error(away_until):
+        raise InvalidCaseInput(why, fields={"away_until": [why]})
     with transaction.atomic():
         profile, _ = StaffProfile.objects.select_for_update().get_or_create(user=user)
         was_away = profile.is_away()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.db import transaction
 
 from approvals import services
 from approvals.models import Operation, Proposal
@@ -202,3 +203,38 @@ def test_a_change_the_order_already_holds_is_advised_as_changing_nothing(live_or
     )
     assert advice(same_address).startswith("The order already has this (shipping to Dana ")
     assert "already" not in advice(other_date)
+
+
+def test_a_person_prepares_only_on_the_newest_order_the_desk_knows_of(checked_case, agent):
+    """An order event reported version 2 after the case read version 1: a proposal prepared by
+    hand then rested on version 1, went to an approver, was approved, and the apply threw it
+    away. It is refused, saying to read the order again; nothing is written."""
+    from cases.kernel import Worker, lock_case
+    from cases.services import evidence_add
+
+    case = reload(checked_case)
+    with transaction.atomic():
+        evidence_add(
+            case=lock_case(case.pk),
+            actor=Worker("webhook"),
+            source_system=EvidenceReference.Source.ORDER_SYSTEM,
+            external_reference="event:evt-2",
+            kind="order_event",
+            permitted_basis=EvidenceReference.Basis.CONTRACT,
+            summary=f"Order {ORDER} changed to version 2",
+            order_version=2,
+        )
+    proposals = Proposal.objects.count()
+
+    with pytest.raises(InvalidCaseInput) as refused:
+        services.proposal_prepare_by_hand(
+            case=case,
+            actor=agent,
+            change=date_change(in_days(10)),
+            reason="Customer confirmed by phone",
+            expected_version=case.version,
+        )
+
+    assert "at version 2 since it was read at version 1" in str(refused.value)
+    assert Proposal.objects.count() == proposals
+    assert reload(case).version == case.version

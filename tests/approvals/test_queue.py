@@ -124,7 +124,7 @@ def test_admin_case_page_shows_proposal_history_operation_key_and_live_approval(
     body = response.content.decode()
     assert response.status_code == 200
     assert "Proposal history" in body
-    assert f"<dd>{proposal.operation.key} (the same key" in body
+    assert f"<dd>{proposal.operation.key} (kept by this proposal's retries" in body
     expires = f"{timezone.localtime(approval.expires_at):%Y-%m-%d %H:%M} UTC"
     assert f"{approval.reference} by approver, expires {expires}" in body
 

@@ -15,7 +15,8 @@ from cases.models import StaffProfile
 from cases.services import staff_set_away
 
 ADD = "admin:cases_staffprofile_add"
-AWAY = dt.date(2031, 1, 1)
+# Within the year an absence may last (``services.MAX_ABSENCE_DAYS``).
+AWAY = dt.date.today() + dt.timedelta(days=30)
 
 
 def test_add_form_does_not_list_another_teams_people(client, lead, outsider):
