@@ -53,6 +53,12 @@ def _review_count(user: Viewer) -> int:
     return review_queue_for(user).count()
 
 
+def _may_see_proposals(user: Viewer) -> bool:
+    """The tile for who may open the queue it links to (an operator may not)."""
+    has_perm = getattr(user, "has_perm", None)  # a person (AnonymousUser has one too)
+    return bool(has_perm and has_perm("approvals.view_proposal"))
+
+
 def _review_url() -> str:
     return reverse("admin:approvals_proposal_changelist") + "?status=awaiting_review"
 
@@ -82,7 +88,13 @@ def register() -> None:
         extensions.QueueSource("review", review_queue_for, case_lookup="case__")
     )
     extensions.register_tile(
-        extensions.DashboardTile("Proposals awaiting review", _review_count, _review_url, order=50)
+        extensions.DashboardTile(
+            "Proposals awaiting review",
+            _review_count,
+            _review_url,
+            order=50,
+            shown=_may_see_proposals,
+        )
     )
     extensions.register_deciders(deciders_of)
     extensions.register_decision_path(decision_path)

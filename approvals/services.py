@@ -779,6 +779,15 @@ def proposals_purge_changes(case: Case) -> int:
     return changed
 
 
+def _what_was_void(proposal: Proposal | None, revoked: list[str]) -> str:
+    """What a change of the order voided, as it was: an approval only where there was one."""
+    if proposal is None:
+        return "no proposal was open"
+    if revoked:
+        return f"proposal #{proposal.pk} and its approval {', '.join(revoked)} invalidated"
+    return f"proposal #{proposal.pk} invalidated (it had not been approved)"
+
+
 def proposal_invalidate_for_source_change(
     *, case: Case, order_version: int | None, actor: Actor, via: str
 ) -> bool:
@@ -822,7 +831,7 @@ def proposal_invalidate_for_source_change(
         "source_changed",
         actor=actor,
         reason=f"The order changed to {seen} (evidence was version {evidence_version}); "
-        "proposal and approval invalidated",
+        + _what_was_void(proposal, revoked),
         detail={
             "via": via,
             "order_version": order_version,

@@ -21,6 +21,7 @@ from django.views.decorators.http import require_GET
 from cases import selectors
 from cases.exceptions import CaseNotFound
 from cases.extensions import QUEUE_SOURCES
+from cases.next_action import status_label
 
 # The queues by name, in order: the kernel's own, then those the apps above it register
 # (``cases.extensions.register_queue``; approvals adds "review"). A live view, not a copy.
@@ -52,7 +53,8 @@ def case_state(case) -> dict:
         "reference": case.reference,
         "version": case.version,
         "status": case.status,
-        "status_display": case.get_status_display(),
+        # As the case page's heading names it (``next_action.status_label``).
+        "status_display": status_label(case),
         "next_check_at": case.next_check_at.isoformat() if case.next_check_at else None,
         "updated_at": case.updated_at.isoformat(),
     }

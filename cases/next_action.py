@@ -147,6 +147,9 @@ def status_label(case: Case) -> str:
         return "Held: the workers are reconciling it"
     if case.status == Status.HELD:
         return "Held: a person must settle it"
+    if case.status == Status.READY and not case.nothing_applied():
+        # Its change is applied: "Ready to apply" read as if it were still to be sent.
+        return "Applied: finishing the steps after it"
     return case.get_status_display()
 
 

@@ -25,7 +25,8 @@ class ApiPathMiddleware:
         if path.startswith(API_PREFIX) and not _resolves(path):
             detail = f"No API endpoint at {request.method} {path}."
             if not path.endswith("/") and _resolves(f"{path}/"):
-                detail += f" API paths end with a slash: {request.method} {path}/."
+                # The path only: whether it takes this method is the endpoint's to say.
+                detail += f" API paths end with a slash: {path}/."
             return JsonResponse({"error": "not_found", "detail": detail}, status=404)
         return self.get_response(request)
 

@@ -365,7 +365,8 @@ def _apply_to_case(case_id: int, event: InboundEvent, actor: Worker) -> str:
     ):
         return (
             f"{label}: newer version {version} (known: {known_text}) recorded; the open proposal "
-            "and approval were invalidated and the case waits for the order source."
+            "(and its approval, if it had one) was invalidated and the case waits for the order "
+            "source."
         )
     return f"{label}: newer version {version} (known: {known_text}) recorded; {consequence}."
 

@@ -28,8 +28,7 @@ def test_a_post_without_the_trailing_slash_is_a_json_404_naming_the_endpoint(api
     assert response["Content-Type"] == "application/json"
     assert response.json() == {
         "error": "not_found",
-        "detail": "No API endpoint at POST /api/cases. "
-        "API paths end with a slash: POST /api/cases/.",
+        "detail": "No API endpoint at POST /api/cases. API paths end with a slash: /api/cases/.",
     }
 
 

@@ -479,7 +479,7 @@ class CaseEventAdmin(
     list_display_links = ["when"]
     list_filter = [("action", ActionFilter)]
     # The event in words first on its own page too (the stored fields follow, as stored).
-    readonly_fields = ["what_happened"]
+    readonly_fields = ["what_happened", "from_status_name", "to_status_name"]
     # Who acted links to their user page only for who may open it (an auditor may not).
     plain_relations = ("case", "actor")
     case_as_text = as_text("case", "case")
@@ -496,8 +496,37 @@ class CaseEventAdmin(
         return selectors.events_for(request.user).select_related("case")
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        fields = [name for name in super().get_fields(request, obj) if name != "what_happened"]
+        named: dict[Any, Any] = {"from_status": "from_status_name", "to_status": "to_status_name"}
+        fields = [
+            named.get(name, name)
+            for name in super().get_fields(request, obj)
+            if name not in {"what_happened", *named.values()}
+        ]
         return ["what_happened", *fields]
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """Titled, and crumbed (``admin/cases/caseevent/change_form.html``), by its case and
+        what happened ("D-43 v9: Moved from Awaiting review to …"), not by its stored code
+        (Django's subtitle is the event's ``__str__``)."""
+        event = self.get_object(request, object_id)
+        if event is not None:
+            words = f"{event.case.reference} v{event.version}: {event_sentence(event).text}"
+            extra_context = {**(extra_context or {}), "subtitle": words}
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    @admin.display(description="From status")
+    def from_status_name(self, obj: CaseEvent) -> str:
+        return status_label(obj.from_status) or "—"
+
+    @admin.display(description="To status")
+    def to_status_name(self, obj: CaseEvent) -> str:
+        return status_label(obj.to_status) or "—"
 
     @admin.display(description="What happened", ordering="action")
     def what_happened(self, obj: CaseEvent) -> str:

@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 
 from cases import selectors, services
-from cases.admin.forms import AbsenceForm
+from cases.admin.forms import AbsenceForm, errors_in_words
 from cases.admin.related import RelationsAsTheyMayOpen, as_text
 from cases.admin.views import person
 from cases.exceptions import CaseError
@@ -135,8 +135,9 @@ class StaffProfileAdmin(RelationsAsTheyMayOpen, admin.ModelAdmin):
             return HttpResponseRedirect(home)
         form = AbsenceForm(request.POST, people=selectors.team_people(request.user))
         if not form.is_valid():
-            errors = "; ".join(" ".join(map(str, v)) for v in form.errors.values())
-            self.message_user(request, f"Nothing was changed: {errors}", messages.ERROR)
+            self.message_user(
+                request, f"Nothing was changed: {errors_in_words(form)}", messages.ERROR
+            )
             return HttpResponseRedirect(home)
         member = form.cleaned_data["user"]
         back = request.POST.get("mark") == "back"

@@ -24,25 +24,31 @@ def holdfast_dashboard(context):
     user = request.user
     cases = selectors.cases_for(user)
     changelist = reverse("admin:cases_case_changelist")
-    queues = [
-        (
-            "Mine to answer now",
-            inbox.cases_to_answer(user, cases).count(),
-            f"{changelist}?answer={user.pk}",
-        ),
-        (
-            "Held: reconcile from evidence",
-            cases.filter(status=Status.HELD).count(),
-            reverse("admin:cases_heldcase_changelist"),
-        ),
-        (
-            "Needs attention",
-            cases.filter(status=Status.NEEDS_ATTENTION).count(),
-            reverse("admin:cases_attentioncase_changelist"),
-        ),
-        ("Follow-up at risk", cases.at_risk().count(), f"{changelist}?follow_up=at_risk"),
-        ("Overdue follow-up", cases.overdue().count(), f"{changelist}?overdue=yes"),
-    ]
+    # The case queues for who may open them: an operator (no case permission, no team) got six
+    # zeros, each a link to a bare 403.
+    queues = (
+        []
+        if not user.has_perm("cases.view_case")
+        else [
+            (
+                "Mine to answer now",
+                inbox.cases_to_answer(user, cases).count(),
+                f"{changelist}?answer={user.pk}",
+            ),
+            (
+                "Held: reconcile from evidence",
+                cases.filter(status=Status.HELD).count(),
+                reverse("admin:cases_heldcase_changelist"),
+            ),
+            (
+                "Needs attention",
+                cases.filter(status=Status.NEEDS_ATTENTION).count(),
+                reverse("admin:cases_attentioncase_changelist"),
+            ),
+            ("Follow-up at risk", cases.at_risk().count(), f"{changelist}?follow_up=at_risk"),
+            ("Overdue follow-up", cases.overdue().count(), f"{changelist}?overdue=yes"),
+        ]
+    )
     queues += [
         (tile.label, tile.count(user), tile.url())
         for tile in dashboard_tiles()

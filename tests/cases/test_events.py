@@ -163,5 +163,12 @@ def test_the_audit_trail_reads_in_words_with_the_code_kept(client, auditor, case
     assert "→ waiting_source" not in listing
 
     page = client.get(reverse("admin:cases_caseevent_change", args=[first.pk])).content.decode()
-    assert page.index("What happened") < page.index(sentence)
-    assert page.index(sentence) < page.index("Namespaced code")
+    words_at = page.index(sentence, page.index("What happened"))  # the field, not the title
+    assert words_at < page.index("Namespaced code")
+    # Titled and crumbed by what happened (was "D-1 v1: cases.case.created"), the statuses by
+    # their names (was "To status: waiting_source").
+    assert f"<title>{case.reference} v1: {sentence} | View case event" in page
+    assert f"&rsaquo; {case.reference} v1: {sentence}" in page  # the breadcrumb
+    assert f"v1: {first.action}" not in page
+    assert status_label(first.to_status) in page
+    assert f'<div class="readonly">{first.to_status}</div>' not in page

@@ -116,6 +116,8 @@ def test_a_case_proven_applied_offers_no_cancellation_that_claims_nothing_was_se
     assert "Nothing has been sent" not in cancel.confirm_for(case)
     assert UNSENT not in said.text
     assert said.headline.startswith("Applied: the change is confirmed")
+    # The heading's status too: "Ready to apply" read as if the change were still to be sent.
+    assert said.status == "Applied: finishing the steps after it"
 
 
 def test_a_done_case_offers_no_cancellation_and_its_confirm_page_refuses(

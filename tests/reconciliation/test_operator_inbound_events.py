@@ -194,3 +194,19 @@ def test_the_auditor_reads_the_teams_events_and_processes_none(client, auditor, 
     assert response.status_code in {200, 302, 403}
     owned.refresh_from_db()
     assert owned.attempts == 5  # nothing ran
+
+
+def test_every_link_on_the_operators_home_page_opens(client, operator, events):
+    """Six case tiles counted 0 and led to a bare 403, and an 'Away and back' form offered
+    nobody: the operator works no team's cases. The page keeps what they may open."""
+    import re
+
+    client.force_login(operator)
+    home = client.get(reverse("admin:index")).content.decode()
+
+    links = set(re.findall(r'href="(/admin/[^"#]*)"', home)) - {"/admin/logout/"}
+    refused = {link for link in links if client.get(link).status_code == 403}
+    assert refused == set()
+    assert "Mine to answer now" not in home
+    assert 'id="hf-absence"' not in home
+    assert _tile(home) == "1"
