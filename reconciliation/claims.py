@@ -302,14 +302,11 @@ _GUARD_COLUMNS = (
 def _claim_read(
     now: dt.datetime, *, case_id: int | None = None, skip: set[int] | None = None
 ) -> _ClaimRow | None:
-    """The claim's one locked read: of ``case_id``'s open proposal, or (``case_id`` None) of
-    the ready case due longest, not in ``skip`` and not on a sandbox order, skipping rows
-    another claimer holds. On PostgreSQL it is one statement written out (``_PG_CLAIM``: the
-    ORM's query, compiled afresh on every claim, cost more than the rest of the claim); on
-    other databases the ORM's ``_claim_query``. ``tests/reconciliation/test_hot_path.py``
-    checks that both read the same."""
-    if connection.vendor == "postgresql":
-        return _claim_read_sql(now, case_id=case_id, skip=skip or set())
+    """The claim's one locked read, on databases other than PostgreSQL (which reads and
+    writes in one statement, :func:`_claim_one`): of ``case_id``'s open proposal, or
+    (``case_id`` None) of the ready case due longest, not in ``skip`` and not on a sandbox
+    order. The ORM's ``_claim_query``; ``tests/reconciliation/test_hot_path.py`` checks that
+    PostgreSQL's written-out read (``_claim_read_sql``) reads the same."""
     return _claim_read_orm(now, case_id=case_id, skip=skip or set())
 
 

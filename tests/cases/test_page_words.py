@@ -142,14 +142,16 @@ def test_an_integration_user_is_offered_neither_as_an_owner_nor_as_someone_away(
 
 
 def test_an_audit_events_page_is_titled_by_its_case_not_a_row_id(client, lead, case):
-    """It read "3 v1 cases.case.created": 3 was the case's database id."""
+    """It read "3 v1 cases.case.created": 3 was the case's database id; then "D-1 v1:
+    cases.case.created", its code. It is titled by the case and what happened."""
+    from cases.case_story import event_sentence
     from cases.models import CaseEvent
 
     event = CaseEvent.objects.filter(case=case).order_by("pk").first()
 
     html = _page(client, lead, reverse("admin:cases_caseevent_change", args=[event.pk]))
 
-    assert f"{case.reference} v{event.version}: {event.action}" in html
+    assert f"{case.reference} v{event.version}: {event_sentence(event).text}" in html
     assert f"{case.pk} v{event.version} {event.action}" not in html
 
 
