@@ -37,7 +37,8 @@ def test_lead_reconciles_a_held_case_and_the_page_shows_it_proven_applied(
     # The lost answer's change was applied: the consistent lookup finds it, and the steps
     # after the apply (notify, close) resume from there; nothing is sent twice.
     assert "applied" in text
-    assert panel_status(page) == "Ready to apply", text
+    # Its change applied: headed so, not "Ready to apply" (nothing is to be sent).
+    assert panel_status(page) == "Applied: finishing the steps after it", text
     assert "Proven applied" in page.locator(".hf-panel").first.inner_text()
     fresh = Case.objects.get(pk=case.pk)
     assert fresh.status == "ready"
