@@ -432,7 +432,7 @@ def _pg_read_ctes(next_due: bool) -> str:
 # The guards of ``_claim_refusal`` and ``_claim_won`` (the comparison with the order system is
 # due) as one condition on the read row: only a row that passes them is written. A row that
 # does not comes back unwritten, and those functions say which guard stopped it, as on every
-# other database (``tests/reconciliation/test_claim_one_statement.py`` holds both to the same
+# other database (``tests/reconciliation/test_hot_path.py`` holds both to the same
 # answer). The restore check compares the database's epoch with the one this host last saw for
 # the identity it knows (``%(identity)s``): a database it does not know yet writes nothing, and
 # the claim learns its identity and asks again (``_known_identity``).
@@ -463,7 +463,7 @@ def _pg_claim_statement(next_due: bool) -> str:
 
 
 def _claim_read_sql(now: dt.datetime, *, case_id: int | None, skip: set[int]) -> _ClaimRow | None:
-    """The claim's read alone (the one-statement claim reads the same, ``_pg_claim_one``)."""
+    """The claim's read alone (the one-statement claim reads the same, ``_claim_one``)."""
     params = _read_params(now, case_id=case_id, skip=skip)
     with prepared_cursor() as cursor:
         read = _pg_read_ctes(case_id is None)
