@@ -64,6 +64,7 @@ from cases.models import (
 from cases.rows import (
     columns,
     current,
+    fetchone_named,
     load,
     prepared_cursor,
     width,
@@ -766,9 +767,7 @@ def _claim_one(
             "identity": identity,
             "seen_epoch": read_epoch(identity) if identity else None,
         }
-        with prepared_cursor() as cursor:
-            cursor.execute(_pg_claim_statement(case_id is None), params)
-            values = cursor.fetchone()
+        values = fetchone_named(_pg_claim_statement(case_id is None), params)
         if values is None:
             return None
         row = _row_from(values)

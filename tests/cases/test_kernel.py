@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from cases.exceptions import ActionNotPermitted, TransitionRejected, VersionConflict
@@ -159,3 +160,36 @@ def test_a_person_acts_only_on_their_own_teams_cases(case, lead, outsider):
     ):
         record_fact(case=locked, action="cases.case.followup_updated", actor=outsider)
     assert Case.objects.get(pk=case.pk).version == version
+
+
+@pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason="the one-statement claim: PostgreSQL",
+)
+def test_the_claim_s_values_kept_per_worker_are_those_worked_out_each_time(monkeypatch):
+    """``pg_claim_params`` keeps what does not depend on the time per worker and kind; at any
+    time it gives what working everything out through the models gives. A value that takes the
+    time and is not named as one fails loudly, before a claim is written with a stale value."""
+    from django.db import connection
+
+    from cases import kernel
+
+    worker = kernel.Worker("constants-test")
+    for now in (timezone.now(), timezone.now() + dt.timedelta(days=3, microseconds=7)):
+        lease = now + dt.timedelta(seconds=30)
+        kept = kernel.pg_claim_params(worker=worker, kind="apply", now=now, lease=lease)
+        whole = kernel.claim_params_at(
+            connection, worker=worker, kind="apply", now=now, lease=lease
+        )
+        assert kept == whole
+        assert kept["a_heartbeat_at"] == now
+        assert kept["c_next_check_at"] == lease
+
+    kernel._claim_constants.cache_clear()
+    times = {k: v for k, v in kernel._CLAIM_TIMES.items() if k != "a_heartbeat_at"}
+    monkeypatch.setattr(kernel, "_CLAIM_TIMES", times)
+    with pytest.raises(AssertionError, match="a_heartbeat_at"):
+        kernel.pg_claim_params(
+            worker=kernel.Worker("constants-test-2"), kind="apply", now=timezone.now(), lease=lease
+        )
+    kernel._claim_constants.cache_clear()

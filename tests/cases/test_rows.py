@@ -252,3 +252,38 @@ def test_a_connection_opened_again_gets_a_kept_cursor_of_its_own():
         after.execute("SELECT 3")
         assert after.fetchone() == (3,)
     assert after.cursor is not kept
+
+
+def test_a_statement_numbered_once_takes_each_name_by_one_number():
+    """``numbered`` writes a named statement with PostgreSQL's own placeholders, one number per
+    name however often it is used, and ``%%`` as the percent sign it stands for."""
+    text, names = rows.numbered(
+        "SELECT %(b)s, %(a)s || '%%', %(b)s FROM t WHERE x LIKE 'a%%' AND y = %(c)s"
+    )
+
+    assert text == "SELECT $1, $2 || '%', $1 FROM t WHERE x LIKE 'a%' AND y = $3"
+    assert names == ("b", "a", "c")
+    with pytest.raises(ValueError, match="A lone %"):
+        rows.numbered("SELECT %(a)s, 5 % 2")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_named_statement_reads_the_same_numbered_or_as_the_query_log_sees_it():
+    """``fetchone_named`` numbers the statement when Django's query log is off, and runs it as
+    written when it is on (the log writes statements out by ``%s``): the same row either way,
+    with a value used twice, a percent sign and a list."""
+    from django.test.utils import CaptureQueriesContext
+
+    statement = (
+        "SELECT %(a)s::int + %(a)s::int, 'x%%' || %(s)s::text, cardinality(%(l)s::int[]), "
+        "%(missing)s::text IS NULL"
+    )
+    params = {"a": 20, "s": "y", "l": [1, 2, 3], "missing": None, "unused": object()}
+
+    quiet = rows.fetchone_named(statement, params)
+    with CaptureQueriesContext(connection) as logged:
+        seen = rows.fetchone_named(statement, params)
+
+    assert quiet == seen == (40, "x%y", 3, True)
+    assert len(logged.captured_queries) == 1
+    assert "%(" not in logged.captured_queries[0]["sql"]

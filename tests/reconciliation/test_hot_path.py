@@ -526,3 +526,47 @@ def test_the_one_statement_claim_writes_exactly_when_the_guards_let_it(
     assert not Attempt.objects.filter(case=later).exists()
     claim_case(case_id=later.pk, worker=WORKER, source_checked=True)
     assert Attempt.objects.filter(case=later).exists()
+
+
+@postgres_only
+def test_the_claim_numbered_and_the_claim_the_query_log_sees_write_the_same(
+    approved_case, live_orders, account
+):
+    """The one-statement claim goes with numbered placeholders (``cases.rows.fetchone_named``),
+    and as written when Django's query log is on. Claimed once each way, two cases hold the
+    same case fields, attempt and event, and both audit chains verify."""
+    from django.forms.models import model_to_dict
+    from django.test.utils import CaptureQueriesContext
+
+    from cases.audit import verify_chains
+
+    one, other = (approved_case(order_id=o) for o in _orders(live_orders, account, 2))
+    source_verified()
+    numbered = case_claim(case_id=one.pk, worker=WORKER)
+    with CaptureQueriesContext(connection) as logged:
+        as_logged = case_claim(case_id=other.pk, worker=WORKER)
+    assert len(logged.captured_queries) == 1
+
+    def written(attempt) -> tuple[dict, dict, dict]:
+        case = model_to_dict(attempt.case.__class__.objects.get(pk=attempt.case_id))
+        row = model_to_dict(Attempt.objects.get(pk=attempt.pk))
+        event = model_to_dict(CaseEvent.objects.filter(case_id=attempt.case_id).last())
+        for name in ("id", "reference", "order_id", "request_key", "number", "note"):
+            case.pop(name, None)
+        for name in ("id", "case", "operation", "reference", "fencing_token"):
+            row.pop(name)
+        for name in ("id", "case", "reason", "hash", "prev_hash"):
+            event.pop(name, None)
+        for name in ("attempt", "operation_key", "fencing_token", "approval"):
+            event["detail"].pop(name)
+        lease = row.pop("lease_expires_at")
+        assert case.pop("next_check_at") == lease
+        assert row.pop("heartbeat_at") == row.pop("claimed_at") == event.pop("created_at")
+        assert event["detail"].pop("lease_expires_at") == lease.isoformat()
+        case.pop("updated_at", None)
+        return case, row, event
+
+    assert written(numbered) == written(as_logged)
+    assert numbered.case.status == as_logged.case.status == Status.APPLYING
+    for case in (one, other):
+        assert verify_chains(case_reference=case.reference).ok
