@@ -73,7 +73,8 @@ class ErrorSerializer(serializers.Serializer):
     """Every refusal the API gives; the optional members appear with the codes named."""
 
     error = serializers.CharField(
-        help_text="Machine-readable code: invalid, not_authenticated, authentication_failed, "
+        help_text="Machine-readable code: invalid, malformed_request, not_authenticated, "
+        "authentication_failed, "
         "permission_denied, not_permitted, own_proposal, not_found, version_conflict, "
         "transition_not_allowed, proposal_not_current, open_case_exists, throttled, …"
     )
@@ -119,9 +120,10 @@ class ErrorSerializer(serializers.Serializer):
 
 
 _ERROR_DESCRIPTIONS = {
-    400: "invalid: the fields named in `fields` are wrong; nothing was written.",
-    401: "not_authenticated (no credentials) or authentication_failed (a bad token); the "
-    "answer carries `WWW-Authenticate: Token`.",
+    400: "invalid: the fields named in `fields` are wrong; malformed_request: the body is not "
+    "JSON that can be read (not JSON, not UTF-8, nested too deeply). Nothing was written.",
+    401: "not_authenticated (no credentials) or authentication_failed (a bad token, sent as "
+    "`Token <key>` or `Bearer <key>`); the answer carries `WWW-Authenticate: Token`.",
     403: "permission_denied, not_permitted or own_proposal (with roles): the caller may not do "
     "this.",
     404: "not_found: nothing by that name among the caller's teams' objects (another team's "

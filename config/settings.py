@@ -289,6 +289,7 @@ REST_FRAMEWORK = {
     # ``WWW-Authenticate: Token``; the session (with CSRF) still serves the browsable API.
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
+        "config.api_auth.BearerTokenAuthentication",  # the same token, as OAuth sends it
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_THROTTLE_CLASSES": [

@@ -80,6 +80,39 @@ def test_intake_with_token_auth_opens_a_case_then_returns_it(
     assert writes() == (1, 2)
 
 
+def test_the_token_sent_as_bearer_is_the_same_token(agent, account):
+    """``Authorization: Bearer <key>``, what OAuth clients send, was answered "Authentication
+    credentials were not provided." with a valid key; a forged one is still refused."""
+    key = Token.objects.create(user=agent).key
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+
+    opened = client.post("/api/cases/", INTAKE, format="json")
+    listed = client.get("/api/cases/")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key[:-1]}x")
+    forged = client.get("/api/cases/")
+
+    assert opened.status_code == 201, opened.content
+    assert opened.json()["events"][0]["actor"] == "agent"
+    assert [c["reference"] for c in listed.json()["results"]] == [opened.json()["reference"]]
+    assert forged.status_code in {401, 403}
+    assert (forged.json()["error"], forged.json()["detail"]) == (
+        "authentication_failed",
+        "Invalid token.",
+    )
+
+
+def test_the_schema_names_both_forms_of_the_token(client):
+    schema = client.get("/api/schema/?format=json").json()
+
+    schemes = schema["components"]["securitySchemes"]
+    assert schemes["tokenAuth"]["description"].startswith(
+        'Token-based authentication with required prefix "Token"'
+    )
+    assert schemes["bearerAuth"] == {"type": "http", "scheme": "bearer"}
+    assert {"bearerAuth": []} in schema["paths"]["/api/cases/"]["get"]["security"]
+
+
 def test_intake_repeated_with_different_details_returns_the_original(api, agent, account):
     client = api(agent)
     first = client.post("/api/cases/", INTAKE, format="json")
