@@ -11,6 +11,7 @@ shows up on the case page without touching this module.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -389,6 +390,34 @@ ACTION_WORDS: dict[Action, tuple[str, str]] = {
         "alert",
     ),
 }
+
+
+# What an action's words say of any event of it, for a list of actions (the audit trail's
+# filter): the parts that name one event's values go, the rest say "someone" and "an attempt".
+_ANY_EVENT = {
+    "actor": "someone",
+    "attempt": "an attempt",
+    "approval": "an approval",
+    "from_label": "one status",
+    "to_label": "another",
+}
+
+
+def action_label(action: str) -> str:
+    """``action`` in words of any event of it ("Claimed by someone as an attempt"); a code
+    without words is shown as it is."""
+    try:
+        pattern = ACTION_WORDS[Action(action)][0]
+    except (ValueError, KeyError):
+        return action
+    # "(order version {order_version})", "({external_reference})"; ": owner {owner}, …".
+    pattern = re.sub(r"\s*\([^)]*\{\w+\}[^)]*\)", "", pattern)
+    pattern = re.sub(r":[^:]*\{(owner|backup)\}.*$", "", pattern)
+    text = pattern.format_map(_ANY_EVENT)
+    if Action(action).name.endswith("_LEGACY"):  # the same fact, by the code it had before
+        text += " (in older records)"
+    return text[:1].upper() + text[1:]
+
 
 NEAR = dt.timedelta(minutes=2)
 

@@ -222,6 +222,16 @@ def inbound_event_process(*, event_id: str, client: OrderSystemClient | None = N
         return _record_failure(event_id, exc, account)
 
 
+def _failure_words(exc: Exception) -> str:
+    """What went wrong, as the events page says it: the order system's answer in words with
+    its code after them ("Transient: unavailable: …" was a class name and a code); anything
+    else is unexpected, and named as the program's error for whoever looks into it."""
+    if isinstance(exc, OrderSystemError):
+        what = exc.detail or exc.error.replace("_", " ")
+        return f"The order system did not give the order's account: {what} ({exc.error})."
+    return f"Unexpected error: {type(exc).__name__}: {exc}"
+
+
 def _record_failure(event_id: str, exc: Exception, account: str | None = None) -> str:
     """Mark one attempt failed; the order's account, when it was read, is kept (so the
     order's own teams see the failure in the admin)."""
@@ -233,7 +243,7 @@ def _record_failure(event_id: str, exc: Exception, account: str | None = None) -
             _set_account(event, account)
         event.attempts += 1
         event.processing = Processing.FAILED
-        event.last_error = f"{type(exc).__name__}: {exc}"[:2000]
+        event.last_error = _failure_words(exc)[:2000]
         if not INBOUND.gives_up(event.attempts):
             event.next_attempt_at = INBOUND.next_try_at(event.attempts)
             event.outcome = (

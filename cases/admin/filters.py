@@ -11,6 +11,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q
 
 from cases import held, selectors
+from cases.case_story import action_label
 from cases.codes import Action
 from cases.validation import first_unprintable, parse_id
 
@@ -68,11 +69,17 @@ class WaitingOnFilter(PrintableChoicesFilter):
 
 class ActionFilter(PrintableValuesFilter):
     """The audit trail's action filter: the registry's codes (``cases.codes.Action``), not a
-    ``SELECT DISTINCT action`` over every visible event (a read of the whole trail per page)."""
+    ``SELECT DISTINCT action`` over every visible event (a read of the whole trail per page),
+    each shown in the timeline's words (``case_story.action_label``), in their order; the code
+    stays the filter's value."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.lookup_choices = sorted(Action)  # type: ignore[assignment]
+        self.lookup_choices = sorted(Action, key=action_label)  # type: ignore[assignment]
+
+    def choices(self, changelist: Any) -> Any:
+        for choice in super().choices(changelist):
+            yield {**choice, "display": action_label(str(choice["display"]))}
 
 
 class PrintableBooleanFilter(_PrintableFieldFilterMixin, admin.BooleanFieldListFilter):
@@ -106,7 +113,8 @@ class ResponsibleNowFilter(_TeamMemberFilter):
         if pk is None:
             return queryset
         user = User.objects.filter(pk=pk).first()
-        return queryset.responsible(user) if user else queryset.none()
+        # A closed case is nobody's responsibility now (its page says so; the column shows —).
+        return queryset.open().responsible(user) if user else queryset.none()
 
 
 class MineToAnswerFilter(_TeamMemberFilter):

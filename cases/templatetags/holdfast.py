@@ -94,6 +94,7 @@ def absence_context(request) -> dict:
     return {
         "people": people,
         "away": away,
+        "covering": _covering(user, [person.pk for person, _ in away]),
         # Those of them this user may mark back (themselves; a lead, their team's).
         "back": [(person, until) for person, until in away if person in people],
         "today": today,
@@ -101,6 +102,32 @@ def absence_context(request) -> dict:
         "url": reverse("admin:cases_staffprofile_mark_away"),
         "me": user,
         "my_profile": StaffProfile.objects.filter(user=user).first(),
+    }
+
+
+# How many of the cases that fell to a backup their home page names (the rest are counted).
+COVERING_NAMED = 5
+
+
+def _covering(user, away_ids: list[int]) -> dict | None:
+    """The open cases of the people away that fell to ``user`` as their named backup: how
+    many, the newest few by reference (each a link to its page), and the list of all the cases
+    ``user`` is responsible for now. None when there are none."""
+    if not away_ids:
+        return None
+    fallen = selectors.cases_for(user).open().filter(backup=user, owner_id__in=away_ids)
+    named = list(fallen.order_by("-number").values_list("pk", "reference")[: COVERING_NAMED + 1])
+    if not named:
+        return None
+    count = len(named) if len(named) <= COVERING_NAMED else fallen.count()
+    return {
+        "count": count,
+        "named": [
+            (reference, reverse("admin:cases_case_change", args=[pk]))
+            for pk, reference in named[:COVERING_NAMED]
+        ],
+        "more": count - min(count, COVERING_NAMED),
+        "url": f"{reverse('admin:cases_case_changelist')}?responsible={user.pk}",
     }
 
 

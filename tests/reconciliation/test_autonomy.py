@@ -169,10 +169,32 @@ def test_run_probe_admin_view_probes_the_configured_system_as_the_user(
     user.user_permissions.add(Permission.objects.get(codename="run_probe"))
     client.force_login(user)
     url = reverse("admin:reconciliation_ordersystemprofile_run_probe")
-    assert client.get(url).status_code == 200
+    page = client.get(url)
+    assert page.status_code == 200
+    # What the page says it will do to the sandbox order is what it does (it said "one real
+    # change" and made four).
+    words = " ".join(page.text.split())
+    assert (
+        "makes real changes to the sandbox order: 2 changes and 2 changes back, one of each "
+        "for delivery date and shipping address, so the order ends as it began. Order "
+        "cancellation cannot be undone: the probe only sends it requests that must be "
+        "refused, and never applies it."
+    ) in words
+    before = order_system.state(SANDBOX)["order"]
 
     response = client.post(url, {"sandbox_order_id": SANDBOX})
 
+    state = order_system.state(SANDBOX)
+    applied = [op for op in state["operations"] if op["status"] == "applied"]
+    assert sorted(op["change"]["kind"] for op in applied) == [
+        "delivery_date",
+        "delivery_date",
+        "shipping_address",
+        "shipping_address",
+    ]
+    assert {k: v for k, v in state["order"].items() if k != "version"} == {
+        k: v for k, v in before.items() if k != "version"
+    }
     profile = OrderSystemProfile.objects.get()
     assert response.status_code == 302
     assert profile.probed_by == user
@@ -237,4 +259,8 @@ def test_the_home_page_shows_each_kinds_autonomy_and_a_case_page_its_own(
     ):
         row = table[table.index(f'data-kind="{code}"') :]
         assert words in row[: row.index("</tr>")]
+    # A kind as autonomous as the system says why in words ("As the order system" said nothing).
+    row = table[table.index('data-kind="delivery_date"') :]
+    assert "The same as for the order system as a whole, above" in row[: row.index("</tr>")]
+    assert "As the order system" not in table
     assert "Order system, order cancellation changes: Review only" in page

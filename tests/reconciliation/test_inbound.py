@@ -519,7 +519,7 @@ def test_failed_processing_is_visible_and_a_resend_gets_it_processed(
 
     event = InboundEvent.objects.get()
     assert (event.processing, event.attempts) == ("failed", 1)
-    assert "database hiccup" in event.last_error
+    assert event.last_error == "Unexpected error: RuntimeError: database hiccup"
     assert event.next_attempt_at is not None
     assert event.processed_at is None
     assert event_evidence(case).count() == 0
@@ -539,6 +539,25 @@ def test_failed_processing_is_visible_and_a_resend_gets_it_processed(
     assert event.last_error == ""
     assert event.processed_at is not None
     assert event_evidence(case).count() == 1
+
+
+@pytest.mark.order_system  # the real client, not the autouse mock, talks to nothing here
+def test_an_order_system_that_does_not_answer_is_named_in_words_on_the_event(
+    deliver, make_case, settings
+):
+    """The account of the event's order could not be read: the event's last error says so in
+    words, with the client's code after them, not "Transient: connect_failed: …"."""
+    make_case()
+    settings.ORDER_SYSTEM_URL = "http://127.0.0.1:9"  # nothing listens there
+
+    deliver(event_bytes("evt-down", 3))
+
+    event = InboundEvent.objects.get()
+    assert (event.processing, event.attempts) == ("failed", 1)
+    assert event.last_error.startswith("The order system did not give the order's account: ")
+    assert event.last_error.endswith(" (connect_failed).")
+    assert "Transient" not in event.last_error
+    assert event.outcome.startswith("Attempt 1 failed; nothing was changed. Next attempt ")
 
 
 def test_retry_failed_events_retries_a_due_failed_event_only(deliver, make_case, fail_once):
