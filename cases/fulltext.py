@@ -11,11 +11,14 @@ On PostgreSQL a text matches when its words match (``to_tsvector('english', …)
 websearch_to_tsquery('english', …)``: stemmed, quoted phrases and ``-word`` allowed) or when it
 contains the words as typed (``icontains``: part of a word, a code); each has a GIN index
 (``cases`` migration case_fulltext_search_indexes, and 0015 for the events' reason). Other
-databases (SQLite) have neither: there the text must contain the words as typed (``icontains``)
-— the same matches for whole words, read from the table.
+databases (SQLite) have neither: there the text must contain each word as typed, anywhere in
+it (``icontains``, read from the table), a "quoted phrase" as a whole and none of the ``-word``s:
+what ``websearch_to_tsquery`` asks of the words, without the stemming.
 """
 
 from __future__ import annotations
+
+import re
 
 from django.contrib.auth import get_user_model
 from django.contrib.postgres.search import SearchQuery, SearchVector
@@ -31,11 +34,34 @@ PEOPLE_CAP = 50
 MIN_LENGTH = 3  # fewer characters give no trigram: no full-text search for them
 
 
+# A word of a web search: optionally negated (``-word``), a "quoted phrase" or a word.
+_WEB_WORD = re.compile(r'(-?)"([^"]+)"|(-?)(\S+)')
+
+
+def _every_word(field: str, term: str) -> Q:
+    """``field`` holds each word of ``term`` (a quoted phrase as a whole) and none of its
+    ``-word``s, as typed; a term of only ``-word``s asks for the term as typed."""
+    wanted, unwanted = Q(), Q()
+    for match in _WEB_WORD.finditer(term):
+        negated, text = (match.group(1), match.group(2)) if match.group(2) else match.group(3, 4)
+        text = text.strip('"')
+        if not text:
+            continue
+        if negated:
+            unwanted |= Q(**{f"{field}__icontains": text})
+        else:
+            wanted &= Q(**{f"{field}__icontains": text})
+    if not wanted:
+        return Q(**{f"{field}__icontains": term})
+    return wanted & ~unwanted if unwanted else wanted
+
+
 def _matches(field: str, term: str) -> Q:
-    """``field`` matches ``term``: by its words (PostgreSQL) or as typed."""
-    typed = Q(**{f"{field}__icontains": term})
+    """``field`` matches ``term``: by its words or as typed (PostgreSQL), or holding each of
+    its words (other databases)."""
     if connection.vendor != "postgresql":
-        return typed
+        return _every_word(field, term)
+    typed = Q(**{f"{field}__icontains": term})
     return typed | Q(
         **{f"hf_words_{field}": SearchQuery(term, config="english", search_type="websearch")}
     )

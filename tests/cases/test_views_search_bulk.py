@@ -139,6 +139,21 @@ def test_a_word_of_a_note_a_reason_or_the_timeline_or_an_owners_name_finds_the_c
         assert _listed(client, q="preferred delivery") == {noted.reference}
 
 
+def test_several_words_find_a_note_holding_each_of_them_on_every_database(client, lead, make_case):
+    """On SQLite (``make run``) "parcel driver" found only a note holding that phrase; now, as
+    PostgreSQL's web search does, each word anywhere, a quoted phrase as a whole, and none of
+    the ``-word``s."""
+    noted = make_case(note="The driver left the parcel at the back door")
+    make_case(note="The driver could not find the house")
+    client.force_login(lead)
+
+    assert _listed(client, q="parcel driver") == {noted.reference}
+    assert _listed(client, q='"back door" driver') == {noted.reference}
+    assert _listed(client, q='"door back" driver') == set()
+    assert _listed(client, q="driver -parcel") == _listed(client, q="house")
+    assert noted.reference not in _listed(client, q="driver -parcel")
+
+
 def test_the_search_costs_the_same_queries_for_3_and_for_30_matching_cases(client, lead, make_case):
     client.force_login(lead)
 
