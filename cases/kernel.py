@@ -591,7 +591,8 @@ def pg_claim_statement(reads: str) -> str:
     compare-and-set ready → applying, the attempt, the claim's event, its hash computed by the
     server, ``cases.audit.hash_sql``). One round trip and, outside a transaction, one commit
     (``make bench``'s goal 4: 0.30–0.34× the raw claim, against 0.26–0.29× as two statements in
-    a transaction of their own).
+    a transaction of their own; run with numbered placeholders, ``cases.rows.fetchone_named``,
+    and :func:`pg_claim_params`'s values kept per worker, 0.43–0.54×).
 
     ``reads`` are the caller's CTEs (``WITH`` left out), ending with ``claim_read``, the row
     read (its columns in the caller's order), and ``claim_ok``, that row when every guard holds,

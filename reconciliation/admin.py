@@ -16,9 +16,8 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
-from cases import kinds
 from reconciliation.models import CAPABILITIES, OrderSystemProfile
-from reconciliation.probe import ProbeRefused, order_system_probe
+from reconciliation.probe import ProbeRefused, order_system_probe, probe_changes_words
 
 RUN_PROBE_PERMISSION = "reconciliation.run_probe"
 
@@ -157,10 +156,7 @@ class OrderSystemProfileAdmin(admin.ModelAdmin):
             "opts": self.model._meta,
             "title": "Run the order-system probe",
             "form": form,
-            # What it will change: each kind that can be undone is changed and changed back;
-            # one that cannot is only sent requests that must be refused.
-            "undoable": [kind.label for kind in kinds.kinds() if not kind.irreversible],
-            "final": [kind.label for kind in kinds.kinds() if kind.irreversible],
+            "changes": probe_changes_words(),
         }
         return TemplateResponse(
             request, "admin/reconciliation/ordersystemprofile/run_probe.html", context

@@ -25,7 +25,9 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from django.template.defaultfilters import pluralize
 from django.utils import timezone
+from django.utils.text import get_text_list
 
 from approvals.grants import grant_issue
 from cases import kinds
@@ -52,6 +54,28 @@ GRANT_LIFETIME = dt.timedelta(minutes=15)
 
 class ProbeRefused(ValueError):
     """The named order is not a reserved sandbox order: probing would change a real order."""
+
+
+def probe_changes_words() -> str:
+    """What a probe run does to the sandbox order, in words, from the kinds it probes: a change
+    and a change back for each kind that can be undone (the generic checks' change is the first
+    kind's), and no change at all of a kind that cannot."""
+    undoable = [kind.label.lower() for kind in kinds.kinds() if not kind.irreversible]
+    final = [kind.label for kind in kinds.kinds() if kind.irreversible]
+    count = len(undoable)
+    words = (
+        f"{count} change{pluralize(count)} and {count} change{pluralize(count)} back, one of "
+        f"each for {get_text_list(undoable, 'and')}, so the order ends as it began."
+        if undoable
+        else "none."
+    )
+    if final:
+        them = "it" if len(final) == 1 else "them"
+        words += (
+            f" {get_text_list(final, 'and')} cannot be undone: the probe only sends {them} "
+            f"requests that must be refused, and never applies {them}."
+        )
+    return words
 
 
 def probe_check_sandbox(order_id: str) -> None:

@@ -1,6 +1,6 @@
 """Review: the admin "Run probe" button moves any order a lead names, outside every case.
 
-The probe makes one real change to the "sandbox" order it is given (DESIGN: approvals are
+The probe makes real changes to the "sandbox" order it is given (DESIGN: approvals are
 four-eyes, every query is scoped to the caller's teams). Nothing checks that the order id is a
 reserved sandbox order rather than a customer's order belonging to some team's case.
 """
