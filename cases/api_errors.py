@@ -54,9 +54,13 @@ def exception_handler(exc, context):
         return None
     if isinstance(exc, exceptions.ValidationError):
         fields = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+        request = (context or {}).get("request")
+        reading = request is not None and request.method in ("GET", "HEAD", "OPTIONS")
         response.data = {
             "error": "invalid",
-            "detail": "The request has invalid fields; nothing was written.",
+            # A read writes nothing anyway: "nothing was written" is said of a write only.
+            "detail": "The request has invalid fields"
+            + ("." if reading else "; nothing was written."),
             "fields": fields,
         }
     else:

@@ -23,7 +23,7 @@ import re
 from django.contrib.auth import get_user_model
 from django.contrib.postgres.search import SearchQuery, SearchVector
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from cases.models import Case, CaseEvent
 
@@ -38,22 +38,31 @@ MIN_LENGTH = 3  # fewer characters give no trigram: no full-text search for them
 _WEB_WORD = re.compile(r'(-?)"([^"]+)"|(-?)(\S+)')
 
 
-def _every_word(field: str, term: str) -> Q:
-    """``field`` holds each word of ``term`` (a quoted phrase as a whole) and none of its
-    ``-word``s, as typed; a term of only ``-word``s asks for the term as typed."""
-    wanted, unwanted = Q(), Q()
+def web_words(term: str) -> tuple[list[str], list[str]]:
+    """The words ``term`` asks for (a "quoted phrase" as one) and those it asks to be absent
+    (``-word``), as a web search reads them."""
+    wanted: list[str] = []
+    unwanted: list[str] = []
     for match in _WEB_WORD.finditer(term):
         negated, text = (match.group(1), match.group(2)) if match.group(2) else match.group(3, 4)
         text = text.strip('"')
-        if not text:
-            continue
-        if negated:
-            unwanted |= Q(**{f"{field}__icontains": text})
-        else:
-            wanted &= Q(**{f"{field}__icontains": text})
+        if text:
+            (unwanted if negated else wanted).append(text)
+    return wanted, unwanted
+
+
+def _every_word(field: str, term: str) -> Q:
+    """``field`` holds each word of ``term`` (a quoted phrase as a whole) and none of its
+    ``-word``s, as typed; a term of only ``-word``s asks for the term as typed."""
+    wanted, unwanted = web_words(term)
     if not wanted:
         return Q(**{f"{field}__icontains": term})
-    return wanted & ~unwanted if unwanted else wanted
+    holds = Q()
+    for word in wanted:
+        holds &= Q(**{f"{field}__icontains": word})
+    for word in unwanted:
+        holds &= ~Q(**{f"{field}__icontains": word})
+    return holds
 
 
 def _matches(field: str, term: str) -> Q:
@@ -67,11 +76,19 @@ def _matches(field: str, term: str) -> Q:
     )
 
 
+def _searchable(rows: QuerySet, *fields: str) -> QuerySet:
+    """``rows`` ready for :func:`_matches` on ``fields`` (PostgreSQL: their words, aliased)."""
+    if connection.vendor != "postgresql":
+        return rows
+    return rows.alias(
+        **{f"hf_words_{field}": SearchVector(field, config="english") for field in fields}
+    )
+
+
 def _source(rows: QuerySet, field: str, term: str, case_field: str) -> set[int]:
     """At most :data:`CAP` ids of the cases whose ``field`` (of ``rows``) matches ``term``
     (the first ``CAP`` matching rows: a word on a million events reads no more than that)."""
-    if connection.vendor == "postgresql":
-        rows = rows.alias(**{f"hf_words_{field}": SearchVector(field, config="english")})
+    rows = _searchable(rows, field)
     ids = rows.filter(_matches(field, term)).order_by().values_list(case_field, flat=True)
     return set(ids[:CAP])
 
@@ -108,4 +125,19 @@ def case_ids_matching(term: str, *, team_ids: list[int] | None = None) -> set[in
     if people:
         owned = cases.filter(owner__in=people).order_by()
         found |= set(owned.values_list("pk", flat=True)[:CAP])
+    unwanted = web_words(term)[1]
+    if unwanted and found:
+        found = _holding_none(found, unwanted)
     return found
+
+
+def _holding_none(ids: set[int], words: list[str]) -> set[int]:
+    """Of the cases ``ids``, those whose note, waiting reason and timeline hold none of
+    ``words``: a ``-word`` leaves a case out wherever it stands in it, not only the one text
+    that matched (one query, over those cases alone)."""
+    cases = _searchable(Case.objects.filter(pk__in=sorted(ids)), "note", "waiting_reason")
+    events = _searchable(CaseEvent.objects.filter(case_id=OuterRef("pk")), "reason")
+    for word in words:
+        cases = cases.exclude(_matches("note", word) | _matches("waiting_reason", word))
+        cases = cases.exclude(Exists(events.filter(_matches("reason", word))))
+    return set(cases.order_by().values_list("pk", flat=True))

@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 
+from cases import kinds
 from reconciliation.models import CAPABILITIES, OrderSystemProfile
 from reconciliation.probe import ProbeRefused, order_system_probe, probe_changes_words
 
@@ -31,8 +32,8 @@ class RunProbeForm(forms.Form):
     sandbox_order_id = forms.ChoiceField(
         label="Sandbox order",
         choices=_sandbox_choices,
-        help_text="An order reserved for probing (ORDER_SYSTEM_SANDBOX_ORDERS). The probe moves "
-        "its delivery date.",
+        help_text="An order reserved for probing, never a customer's. The probe changes it "
+        "and changes it back, as said above.",
     )
 
 
@@ -75,9 +76,19 @@ class OrderSystemProfileAdmin(admin.ModelAdmin):
 
     @admin.display(description="Evidence")
     def evidence_display(self, obj: OrderSystemProfile):
+        """Each check the probe made, then each kind of change it probed (what it sent the
+        sandbox order, what came back), then the setup's requests."""
+        found_kinds = obj.evidence.get("kinds") or {}
+        checks = [
+            (obj.evidence.get(name) or {}, CAPABILITIES[name].capitalize()) for name in CAPABILITIES
+        ]
+        checks += [
+            (found_kinds.get(kind.code) or {}, f"{kind.label}: the kind's own probe")
+            for kind in kinds.kinds()
+            if isinstance(found_kinds.get(kind.code), dict)
+        ]
         sections = []
-        for name in CAPABILITIES:
-            check = obj.evidence.get(name) or {}
+        for check, title in checks:
             steps = format_html_join(
                 "",
                 "<li><code>{}</code> → {} {} <small>({} ms)</small>{}</li>",
@@ -96,7 +107,7 @@ class OrderSystemProfileAdmin(admin.ModelAdmin):
                 format_html(
                     "<h4>{} {}</h4><p>{}</p><ul>{}</ul>",
                     "✓" if check.get("verified") else "✗",
-                    name,
+                    title,
                     check.get("summary", ""),
                     steps,
                 )
@@ -260,7 +271,7 @@ class InboundEventAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelA
 
     @admin.display(description="Received", ordering="received_at")
     def received(self, obj: InboundEvent) -> str:
-        when = f"{timezone.localtime(obj.received_at):%Y-%m-%d %H:%M:%S}"
+        when = f"{timezone.localtime(obj.received_at):%Y-%m-%d %H:%M:%S %Z}"
         return when if obj.deliveries == 1 else f"{when} ({obj.deliveries} deliveries)"
 
     @admin.display(description="Event", ordering="event_id")
@@ -273,12 +284,12 @@ class InboundEventAdmin(IndexedSearchMixin, BoundedCountAdminMixin, admin.ModelA
 
     @admin.display(description="Processing", ordering="processing")
     def state(self, obj: InboundEvent) -> str:
-        """``Failed, 3 attempts, next 2026-12-02 03:27:00``: the state and what comes next."""
+        """``Failed, 3 attempts, next 2026-12-02 03:27:00 UTC``: the state and what comes next."""
         parts = [obj.get_processing_display()]
         if obj.attempts != 1 or obj.processing != InboundEvent.Processing.PROCESSED:
             parts.append(f"{obj.attempts} attempt{'' if obj.attempts == 1 else 's'}")
         if obj.next_attempt_at is not None:
-            parts.append(f"next {timezone.localtime(obj.next_attempt_at):%Y-%m-%d %H:%M:%S}")
+            parts.append(f"next {timezone.localtime(obj.next_attempt_at):%Y-%m-%d %H:%M:%S %Z}")
         return ", ".join(parts)
 
     @admin.display(description="Last error")

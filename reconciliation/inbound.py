@@ -248,7 +248,7 @@ def _record_failure(event_id: str, exc: Exception, account: str | None = None) -
             event.next_attempt_at = INBOUND.next_try_at(event.attempts)
             event.outcome = (
                 f"Attempt {event.attempts} failed; nothing was changed. Next attempt "
-                f"{timezone.localtime(event.next_attempt_at):%Y-%m-%d %H:%M:%S}."
+                f"{timezone.localtime(event.next_attempt_at):%Y-%m-%d %H:%M:%S %Z}."
             )
         else:
             event.next_attempt_at = None

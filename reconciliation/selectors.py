@@ -55,6 +55,14 @@ class AutonomyStatus:
     def is_autonomous(self) -> bool:
         return self.autonomy == Autonomy.AUTONOMOUS
 
+    @property
+    def kind_evidence(self) -> str:
+        """What the probe saw of this kind itself ("Applied, replayed and found …, then changed
+        back."; "Refused …; never applied to the sandbox order."), or "" when it has none."""
+        if self.profile is None or not self.kind:
+            return ""
+        return kind_summary(self.profile, self.kind) or ""
+
 
 def normalised_url(url: str) -> str:
     """The form a profile stores its order system's address in (no trailing slash)."""
@@ -87,10 +95,16 @@ def current_autonomy(base_url: str | None = None, *, kind: str | None = None) ->
     return AutonomyStatus(autonomy, kind_unproven_reason(profile, kind), profile, kind)
 
 
-def kind_unproven_reason(profile: OrderSystemProfile, kind: str) -> str:
-    """Why the probe did not prove change kind ``kind``, in words."""
+def kind_summary(profile: OrderSystemProfile, kind: str) -> str | None:
+    """The probe's summary of change kind ``kind`` (its evidence), if it has one."""
     found = (profile.evidence.get("kinds") or {}).get(kind) or {}
     summary = found.get("summary") if isinstance(found, dict) else None
+    return summary if isinstance(summary, str) and summary else None
+
+
+def kind_unproven_reason(profile: OrderSystemProfile, kind: str) -> str:
+    """Why the probe did not prove change kind ``kind``, in words."""
+    summary = kind_summary(profile, kind)
     label = kinds.label_of(kind)
     if summary:
         return f"{label}: {summary}"

@@ -545,7 +545,7 @@ class CaseEventAdmin(
 
     @admin.display(description="When", ordering="created_at")
     def when(self, obj: CaseEvent) -> str:
-        return f"{timezone.localtime(obj.created_at):%Y-%m-%d %H:%M:%S}"
+        return f"{timezone.localtime(obj.created_at):%Y-%m-%d %H:%M:%S %Z}"
 
     @admin.display(description="Version: status", ordering="version")
     def status_change(self, obj: CaseEvent) -> str:

@@ -102,6 +102,16 @@ def test_the_token_sent_as_bearer_is_the_same_token(agent, account):
     )
 
 
+def test_an_invalid_filter_on_a_read_does_not_say_nothing_was_written(token_client):
+    """A read with a bad filter said "…; nothing was written." as a refused write does."""
+    response = token_client.get("/api/cases/", {"status": "bogus"})
+
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid"
+    assert response.json()["detail"] == "The request has invalid fields."
+    assert "status" in response.json()["fields"]
+
+
 def test_the_schema_names_both_forms_of_the_token(client):
     schema = client.get("/api/schema/?format=json").json()
 

@@ -154,6 +154,33 @@ def test_several_words_find_a_note_holding_each_of_them_on_every_database(client
     assert noted.reference not in _listed(client, q="driver -parcel")
 
 
+def test_a_minus_word_leaves_a_case_out_wherever_it_stands_in_it(client, lead, make_case):
+    """ "customer -cancel" listed a case whose note asks to cancel, found through a timeline
+    reason ("Customer request received") that lacks the word: a -word is asked of the whole
+    case, its note, waiting reason and timeline, not only of the text that matched."""
+
+    def escalated(note: str, reason: str) -> Case:
+        case = reload(make_case(note=note))
+        case_transition(
+            case=case,
+            transition="escalate",
+            expected_version=case.version,
+            reason=reason,
+            actor=lead,
+        )
+        return case
+
+    cancelling = escalated("They ask us to cancel it", "The customer rang again")
+    kept = make_case(note="The customer moved house")
+    timeline = escalated("The customer rang", "They may cancel tomorrow")
+    client.force_login(lead)
+
+    assert _listed(client, q="customer") >= {c.reference for c in (cancelling, kept, timeline)}
+    assert _listed(client, q="customer -cancel") == {kept.reference}
+    assert _listed(client, q='customer -"moved house"') >= {cancelling.reference}
+    assert kept.reference not in _listed(client, q='customer -"moved house"')
+
+
 def test_the_search_costs_the_same_queries_for_3_and_for_30_matching_cases(client, lead, make_case):
     client.force_login(lead)
 

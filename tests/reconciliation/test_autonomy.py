@@ -198,6 +198,13 @@ def test_run_probe_admin_view_probes_the_configured_system_as_the_user(
     profile = OrderSystemProfile.objects.get()
     assert response.status_code == 302
     assert profile.probed_by == user
+    # Its page shows what it did to each kind, not only the generic checks (named in words).
+    user.user_permissions.add(Permission.objects.get(codename="view_ordersystemprofile"))
+    shown = " ".join(client.get(response["Location"]).content.decode().split())
+    assert "Repeating an operation returns the first result and changes nothing" in shown
+    for label in ("Delivery date", "Shipping address", "Order cancellation"):
+        assert f"{label}: the kind&#x27;s own probe" in shown
+    assert "never applied to the sandbox order" in shown
     assert profile.autonomy == Autonomy.AUTONOMOUS
     assert current_autonomy().profile == profile
 
@@ -244,6 +251,7 @@ def test_the_home_page_shows_each_kinds_autonomy_and_a_case_page_its_own(
         "delivery_date": Autonomy.AUTONOMOUS,
         "shipping_address": Autonomy.AUTONOMOUS,
     }
+    profile.evidence = {"kinds": {"delivery_date": {"summary": "Applied and changed back."}}}
     profile.save()
     case = make_case(change={"kind": "order_cancellation", "reason_code": "other"})
     client.force_login(lead)
@@ -259,8 +267,13 @@ def test_the_home_page_shows_each_kinds_autonomy_and_a_case_page_its_own(
     ):
         row = table[table.index(f'data-kind="{code}"') :]
         assert words in row[: row.index("</tr>")]
-    # A kind as autonomous as the system says why in words ("As the order system" said nothing).
+    # A kind as autonomous as the system says what the probe saw of it ("As the order system"
+    # said nothing), or, without evidence of its own, that it goes as the system does.
     row = table[table.index('data-kind="delivery_date"') :]
-    assert "The same as for the order system as a whole, above" in row[: row.index("</tr>")]
+    assert "Applied and changed back." in row[: row.index("</tr>")]
+    row = table[table.index('data-kind="shipping_address"') :]
+    assert "No evidence of this kind of its own: as the order system as a whole, above" in (
+        row[: row.index("</tr>")]
+    )
     assert "As the order system" not in table
     assert "Order system, order cancellation changes: Review only" in page
