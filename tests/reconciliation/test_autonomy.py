@@ -272,8 +272,7 @@ def test_the_home_page_shows_each_kinds_autonomy_and_a_case_page_its_own(
     row = table[table.index('data-kind="delivery_date"') :]
     assert "Applied and changed back." in row[: row.index("</tr>")]
     row = table[table.index('data-kind="shipping_address"') :]
-    assert "No evidence of this kind of its own: as the order system as a whole, above" in (
-        row[: row.index("</tr>")]
-    )
+    without = "No evidence of this kind of its own: as the order system as a whole, above"
+    assert without in row[: row.index("</tr>")]
     assert "As the order system" not in table
     assert "Order system, order cancellation changes: Review only" in page
