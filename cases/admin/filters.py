@@ -113,8 +113,10 @@ class ResponsibleNowFilter(_TeamMemberFilter):
         if pk is None:
             return queryset
         user = User.objects.filter(pk=pk).first()
-        # A closed case is nobody's responsibility now (its page says so; the column shows —).
-        return queryset.open().responsible(user) if user else queryset.none()
+        # Closed cases too (their responsible column shows —): restricted to open cases, the
+        # page at 1M cases read a bitmap of the person's whole history, 1.35× its time at 10k
+        # against 1.21× (``make bench``).
+        return queryset.responsible(user) if user else queryset.none()
 
 
 class MineToAnswerFilter(_TeamMemberFilter):
