@@ -15,7 +15,7 @@ from cases import held, kinds, search, selectors, services
 from cases.api_errors import error_responses
 from cases.exceptions import CaseNotFound, InvalidCaseInput
 from cases.models import CaseEvent, Status, WaitingOn
-from cases.paging import BoundedPageNumberPagination
+from cases.paging import SearchedPageNumberPagination
 from cases.serializers import (
     CancelRequestSerializer,
     CaseDetailSerializer,
@@ -51,7 +51,8 @@ class CaseViewSet(
     lookup_field = "reference"
     lookup_value_regex = r"[A-Za-z]+-\d+"
     # A page counts at most 1,000 cases past it (``count_capped`` says when there are more).
-    pagination_class = BoundedPageNumberPagination
+    pagination_class = SearchedPageNumberPagination
+    search_cut = False  # set by ``filter_queryset`` when ``q`` was cut (``cases.search``)
 
     def get_serializer_class(self):
         if self.action == "list":
@@ -116,7 +117,8 @@ class CaseViewSet(
             raise ValidationError(errors)
         if value := params.get("q", "").strip():
             # Each word through the indexes, a capped set of keys (``cases.search``).
-            queryset, _ = search.indexed_search(queryset, search.CASE_FIELDS, value)
+            # ``search_cut`` on the page says when every word was in too many rows.
+            queryset, self.search_cut = search.indexed_search(queryset, search.CASE_FIELDS, value)
         return queryset.order_by("-number")
 
     @extend_schema(
@@ -140,7 +142,8 @@ class CaseViewSet(
         description="The cases of the caller's teams, newest first, a page at a time "
         "(`count_capped` says when more than 1,000 follow the page). Filter by status, by what "
         "the case waits on, by owner or by who is responsible now, or by an overdue next check; "
-        "search by reference, order id or account with `q`.",
+        "search by reference, order id or account with `q` (`search_cut` says when every word "
+        "was in too many cases to check them all).",
     )
     def list(self, request, *args, **kwargs):
         return super().list(request, *args, **kwargs)

@@ -8,6 +8,11 @@ class CasesConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
-        from cases import actions, checks, kinds  # noqa: F401 - registers the checks and actions
+        from cases import (  # noqa: F401 - registers the checks, actions and lookups
+            actions,
+            checks,
+            kinds,
+            lookups,
+        )
 
         kinds.load(settings.HOLDFAST_CHANGE_KINDS)  # the change kinds this desk offers

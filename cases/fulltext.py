@@ -135,7 +135,7 @@ def _holding_none(ids: set[int], words: list[str]) -> set[int]:
     """Of the cases ``ids``, those whose note, waiting reason and timeline hold none of
     ``words``: a ``-word`` leaves a case out wherever it stands in it, not only the one text
     that matched (one query, over those cases alone)."""
-    cases = _searchable(Case.objects.filter(pk__in=sorted(ids)), "note", "waiting_reason")
+    cases = _searchable(Case.objects.filter(pk__among=sorted(ids)), "note", "waiting_reason")
     events = _searchable(CaseEvent.objects.filter(case_id=OuterRef("pk")), "reason")
     for word in words:
         cases = cases.exclude(_matches("note", word) | _matches("waiting_reason", word))

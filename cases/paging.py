@@ -26,6 +26,8 @@ from django.utils.translation import gettext
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
+from cases.search import RESOLVED_MATCHES
+
 COUNT_CAP = 1_000
 # No count reads further than this: a bound no table reaches, and one that still fits the
 # 64-bit LIMIT of PostgreSQL (bigint) and SQLite. A page number whose rows start past it
@@ -168,5 +170,38 @@ class BoundedPageNumberPagination(PageNumberPagination):
                 "past the page asked for.",
             },
             **{k: v for k, v in described["properties"].items() if k != "count"},
+        }
+        return described
+
+
+class SearchedPageNumberPagination(BoundedPageNumberPagination):
+    """:class:`BoundedPageNumberPagination` for a list searched by words (``q``,
+    ``cases.search``); the answer adds ``search_cut``: true when every word was in more rows
+    than the search checks, so the page holds the matches among the first of them only (the
+    view says so in its ``search_cut``)."""
+
+    search_cut = False
+
+    def paginate_queryset(self, queryset: Any, request: Any, view: Any = None) -> Any:
+        self.search_cut = bool(getattr(view, "search_cut", False))
+        return super().paginate_queryset(queryset, request, view)
+
+    def get_paginated_response(self, data: Any) -> Response:
+        response = super().get_paginated_response(data)
+        response.data = {**response.data, "search_cut": self.search_cut}
+        return response
+
+    def get_paginated_response_schema(self, schema: dict[str, Any]) -> dict[str, Any]:
+        described = super().get_paginated_response_schema(schema)
+        described["required"] = [*described["required"], "search_cut"]
+        described["properties"] = {
+            **described["properties"],
+            "search_cut": {
+                "type": "boolean",
+                "example": False,
+                "description": "Every word of q is in more rows than the search checks "
+                f"({RESOLVED_MATCHES:,} a word): the results are the matches among the first "
+                "of them only. Add a word (a reference, an order id) to narrow the search.",
+            },
         }
         return described

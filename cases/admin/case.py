@@ -292,7 +292,7 @@ class CaseAdmin(
         ids = fulltext.case_ids_matching(search_term, team_ids=teams)
         if not ids:
             return found, duplicates
-        matched = Q(pk__in=found.order_by().values("pk")) | Q(pk__in=sorted(ids))
+        matched = Q(pk__in=found.order_by().values("pk")) | Q(pk__among=sorted(ids))
         return queryset.filter(matched), duplicates
 
     # --- list columns ----------------------------------------------------------------------

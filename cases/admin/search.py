@@ -26,9 +26,10 @@ class IndexedSearchMixin:
         if truncated:
             messages.info(
                 request,
-                f"Each word matches more than {search.RESOLVED_MATCHES:,} rows: shown are the "
-                "matches among the first of them. Add a word (a reference, an order id) to "
-                "narrow the search.",
+                f"Every word of the search is in more than {search.RESOLVED_MATCHES:,} rows, "
+                "too many to check them all: shown are the matches among the first "
+                f"{search.RESOLVED_MATCHES:,} rows of one word. Add a word (a reference, an "
+                "order id) to narrow the search.",
                 fail_silently=True,
             )
         return found, False

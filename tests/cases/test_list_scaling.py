@@ -93,9 +93,27 @@ def test_no_list_page_reads_every_case(db, as_bench_lead):
         assert plans, page.name
         for sql, plan in plans:
             scans = SEQ_SCAN.findall(plan)
-            if scans and not (set(scans) == {"cases_case"} and _bounded_count(sql, plan)):
+            if scans and not (
+                set(scans) == {"cases_case"} and (_bounded_count(sql, plan) or _stops_early(plan))
+            ):
                 failures.append(f"{page.name}: {sql[:200]}\n{plan}")
     assert not failures, "\n\n".join(failures)
+
+
+def _stops_early(plan: str) -> bool:
+    """A read of the first rows of a sequential scan that the planner expects to stop after a
+    few thousand rows: a word's key (``cases.search``) it expects in half the table, the first
+    ``RESOLVED_MATCHES`` + 1 of them (at 1M cases, where the key is rarer, the same read goes
+    through the trigram index)."""
+    lines = plan.splitlines()
+    limit = re.match(r"Limit .*rows=(\d+)", lines[0].strip())
+    scan = re.match(r"->  Seq Scan on cases_case .*rows=(\d+)", lines[1].strip())
+    if not (limit and scan) or len(lines) > 3:
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reltuples FROM pg_class WHERE relname = 'cases_case'")
+        table = cursor.fetchone()[0]
+    return int(limit.group(1)) * table / max(1, int(scan.group(1))) <= 5_000
 
 
 def _cost(plan: str) -> float:

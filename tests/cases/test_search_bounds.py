@@ -1,0 +1,99 @@
+"""The list pages' search reads a bounded number of rows (``cases.search``), and hands the
+page its keys as one value (``cases.lookups``)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from cases import search
+from cases.models import Case
+
+pytestmark = pytest.mark.django_db
+
+
+def test_among_finds_what_in_finds(make_case, account):
+    cases = [make_case() for _ in range(4)]
+    keys = [case.pk for case in cases[:3]]
+    assert set(Case.objects.filter(pk__among=keys)) == set(Case.objects.filter(pk__in=keys))
+    assert set(Case.objects.filter(pk__among=[*keys, None])) == set(cases[:3])
+    assert set(Case.objects.filter(account__among=[account.pk])) == set(cases)
+    assert set(Case.objects.exclude(pk__among=keys)) == {cases[3]}
+    assert not Case.objects.filter(pk__among=[]).exists()
+
+
+def _page_params(found) -> list:
+    sql, params = found.query.get_compiler(connection.alias).as_sql()
+    return list(params)
+
+
+@pytest.mark.postgres_only
+def test_the_page_gets_its_keys_as_one_array_however_many_matched(make_case):
+    """The page's statement is the same text for 2 keys as for 20 (at 1M cases, 800 keys made
+    three statements too long for psycopg to keep their conversion: a quarter of the API's
+    three-word search in a profile)."""
+    for n in range(20):
+        make_case(order_id=f"ORD-55{n:02d}")
+    few, _ = search.indexed_search(Case.objects.all(), search.CASE_FIELDS, "ORD-5501")
+    many, _ = search.indexed_search(Case.objects.all(), search.CASE_FIELDS, "ORD-55")
+    assert few.count() == 1
+    assert many.count() == 20
+    assert len(_page_params(few)) == len(_page_params(many))
+    sql = str(many.query)
+    assert "= ANY(" in sql, sql
+
+
+def test_a_word_whose_key_is_in_more_rows_than_the_cap_is_not_answered_in_full(
+    make_case, monkeypatch
+):
+    """``ZZ-100`` asks the index for ``100``: when more rows than the cap hold that, only the
+    cap's worth are checked for the whole word, and the search says its answer is cut, not
+    that nothing else matches (at 1M cases, 4,000 references held ``100`` and none ``ORD-100``:
+    checking them all read 1,161 pages of the table)."""
+    monkeypatch.setattr(search, "RESOLVED_MATCHES", 3)
+    others = [make_case(order_id=f"ORD-100{n}") for n in range(6)]
+    target = make_case(order_id="ZZ-100")
+    found, truncated = search.indexed_search(Case.objects.all(), ["order_id"], "ZZ-100")
+    assert truncated
+    assert set(found) <= {target}
+    # A word whose key few rows hold is answered in full.
+    found, truncated = search.indexed_search(Case.objects.all(), ["order_id"], "ORD-1003")
+    assert not truncated
+    assert list(found) == [others[3]]
+    # Under the cap, the whole word is checked on every row its key is in.
+    monkeypatch.setattr(search, "RESOLVED_MATCHES", 10)
+    found, truncated = search.indexed_search(Case.objects.all(), ["order_id"], "ZZ-100")
+    assert not truncated
+    assert list(found) == [target]
+
+
+def test_when_every_word_is_cut_the_page_reads_at_most_the_cap_of_keys(make_case, monkeypatch):
+    """Two fields' capped keys can make twice the cap; a cut answer keeps the cap's worth."""
+    monkeypatch.setattr(search, "RESOLVED_MATCHES", 3)
+    for n in range(3):
+        make_case(order_id=f"ORD-9{n}", request_key=f"other-{n}")
+    for n in range(5):
+        make_case(order_id=f"ORD-8{n}", request_key=f"key-9{n}")
+    # "9" -- no key run: the reference has none, the order ids three, the request keys five.
+    found, truncated = search.indexed_search(Case.objects.all(), ["order_id", "request_key"], "9")
+    assert truncated
+    assert len(_keys_of(found)) <= 4
+
+
+def _keys_of(found) -> list:
+    return list(found.values_list("pk", flat=True))
+
+
+def test_the_api_says_when_its_search_was_cut(api, lead, make_case, monkeypatch):
+    """The admin says so in a message; the API said nothing and listed fewer cases than match."""
+    monkeypatch.setattr(search, "RESOLVED_MATCHES", 3)
+    for n in range(6):
+        make_case(order_id=f"ORD-70{n}")
+    client = api(lead)
+    cut = client.get("/api/cases/", {"q": "ORD-70"}).json()
+    assert cut["search_cut"] is True
+    assert 0 < len(cut["results"]) <= 4
+    whole = client.get("/api/cases/", {"q": "ORD-703"}).json()
+    assert whole["search_cut"] is False
+    assert [row["order_id"] for row in whole["results"]] == ["ORD-703"]
+    assert client.get("/api/cases/").json()["search_cut"] is False
