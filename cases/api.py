@@ -30,6 +30,10 @@ from cases.throttling import ThrottleRefusalsMixin
 from cases.validation import USERNAME_MAX_LENGTH
 
 # A username as Django's own validator allows it; the schema publishes the same rule.
+# A re-sent intake's answer (``create``): the key had opened the case already; and in which
+# fields the request differs from the first.
+REPLAYED_HEADER = "Holdfast-Replayed"
+DIFFERS_HEADER = "Holdfast-Request-Differs"
 _USERNAME_PATTERN = rf"^[\w.@+-]{{1,{USERNAME_MAX_LENGTH}}}$"
 _USERNAME = re.compile(_USERNAME_PATTERN.replace("$", r"\Z"))
 _USERNAME_SCHEMA = {
@@ -159,6 +163,25 @@ class CaseViewSet(
         return super().retrieve(request, *args, **kwargs)
 
     @extend_schema(
+        parameters=[
+            OpenApiParameter(
+                REPLAYED_HEADER,
+                str,
+                OpenApiParameter.HEADER,
+                response=[200],
+                enum=["true"],
+                description="The request key had opened this case already: nothing was created.",
+            ),
+            OpenApiParameter(
+                DIFFERS_HEADER,
+                str,
+                OpenApiParameter.HEADER,
+                response=[200],
+                description="The fields in which this request differs from the one that "
+                "opened the case (order_id, kind, change, note), comma separated: the case "
+                "keeps the first. A different change needs a request key of its own.",
+            ),
+        ],
         request=intake_request_schema(),
         responses={
             201: case_response_schema(),
@@ -168,10 +191,12 @@ class CaseViewSet(
         summary="Open a case (intake)",
         description="Open a case asking for one change of one kind (GET /api/kinds/) to one "
         "order. The same account and request_key again returns the same case with 200 and "
-        "creates nothing (a person re-sending another person's request becomes one of its "
-        "authors, who may not approve it). An open case for the same order and kind: 409 "
-        "open_case_exists with its reference. An older body from before change kinds (its "
-        "shape is in the schema, deprecated) still works as its kind.",
+        f"creates nothing ({REPLAYED_HEADER}: true; {DIFFERS_HEADER} names the fields in "
+        "which the request differs from the first, which the case keeps; a person re-sending "
+        "another person's request becomes one of its authors, who may not approve it). An "
+        "open case for the same order and kind: 409 open_case_exists with its reference. "
+        "An older body from before change kinds (its shape is in the schema, deprecated) "
+        "still works as its kind.",
     )
     def create(self, request, *args, **kwargs):
         context = {"accounts": selectors.accounts_for(request.user)}
@@ -215,7 +240,20 @@ class CaseViewSet(
                 for name, messages in exc.fields.items()
             }
             raise InvalidCaseInput(exc.detail, fields=fields) from None
-        return self._detail(case, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        if created:
+            return self._detail(case, status.HTTP_201_CREATED)
+        response = self._detail(case, status.HTTP_200_OK)
+        response[REPLAYED_HEADER] = "true"
+        differs = services.resent_differences(
+            case,
+            order_id=data["order_id"],
+            kind=kind,
+            change=change,
+            note=data.get("note", ""),
+        )
+        if differs:
+            response[DIFFERS_HEADER] = ", ".join(differs)
+        return response
 
     @extend_schema(
         request=TransitionRequestSerializer,

@@ -23,7 +23,7 @@ class Among(Lookup):
         prep = self.lhs.output_field.get_prep_value
         return [prep(value) for value in self.rhs if value is not None]
 
-    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, list[Any]]:
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
         if connection.vendor != "postgresql" or not self.rhs:
             # ``__in``'s own SQL (an empty list: ``EmptyResultSet``, as ``__in`` raises).
             return In(self.lhs, self.rhs).as_sql(compiler, connection)
@@ -31,7 +31,7 @@ class Among(Lookup):
         field = self.lhs.output_field
         values = [field.get_db_prep_value(value, connection, prepared=True) for value in self.rhs]
         # Cast to the column's own type: psycopg would send small numbers as ``int2[]``.
-        return f"{lhs} = ANY(%s::{field.cast_db_type(connection)}[])", [*params, values]
+        return f"{lhs} = ANY(%s::{field.cast_db_type(connection)}[])", (*params, values)
 
 
 # A relation keeps lookups of its own (``account__among`` is the account's key).

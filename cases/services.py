@@ -15,6 +15,7 @@ wherever the write happens.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
@@ -339,6 +340,30 @@ def _request_resent(case: Case, actor: Actor) -> Case:
             )
             on_request_joined(locked)
     return Case.objects.get(pk=case.pk)
+
+
+def resent_differences(
+    case: Case, *, order_id: str, kind: str, change: Mapping[str, Any], note: str = ""
+) -> list[str]:
+    """The fields in which a request re-sent with ``case``'s request key differs from the
+    request that opened it: ``order_id``, ``kind``, ``change``, ``note``. ``case_open`` keeps
+    the first request whatever the second says (the key names one request); the caller says so
+    to whoever sent it, so that a second, different request is not taken for done."""
+    differ = []
+    if order_id != case.order_id:
+        differ.append("order_id")
+    if kind != case.kind:
+        differ += ["kind", "change"]
+    else:
+        try:
+            sent = kinds.get(kind).canonical(change)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            sent = None  # not even a change of its kind: not the case's
+        if sent != case.change:
+            differ.append("change")
+    if note != case.note:
+        differ.append("note")
+    return differ
 
 
 # --- ownership and follow-up ----------------------------------------------------------------

@@ -133,6 +133,28 @@ def test_intake_repeated_with_different_details_returns_the_original(api, agent,
     assert again.json()["reference"] == first.json()["reference"]
     assert again.json()["order_id"] == "ORD-7731"
     assert Case.objects.count() == 1
+    # The answer says the request differs from the one the case keeps, and where: a 200
+    # alone read as "done" to a sender whose second request asked for something else.
+    assert again["Holdfast-Replayed"] == "true"
+    assert again["Holdfast-Request-Differs"] == "order_id"
+    changed = {"kind": "delivery_date", "delivery_date": "2030-01-05"}
+    later = client.post("/api/cases/", {**INTAKE, "change": changed, "note": ""}, format="json")
+    assert later["Holdfast-Request-Differs"] == "change, note"
+    assert later.json()["change"]["delivery_date"] == "2030-01-04"
+    other_kind = {"kind": "order_cancellation", "change": {"reason_code": "customer_request"}}
+    assert (
+        client.post("/api/cases/", {**INTAKE, **other_kind}, format="json")[
+            "Holdfast-Request-Differs"
+        ]
+        == "kind, change"
+    )
+    # The same request again (the change in another but equal form): replayed, no difference.
+    same = client.post(
+        "/api/cases/", {**INTAKE, "change": {"delivery_date": "2030-01-04"}}, format="json"
+    )
+    assert same["Holdfast-Replayed"] == "true"
+    assert "Holdfast-Request-Differs" not in same
+    assert "Holdfast-Replayed" not in first
 
 
 def test_bad_token_is_refused(account, writes):
