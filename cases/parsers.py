@@ -1,4 +1,5 @@
-"""The API's JSON parser: DRF's, with a bound on how deeply a body may nest.
+"""The API's JSON parser: DRF's, with a bound on how deeply a body may nest, and its errors
+in words.
 
 Python's ``json`` recurses once per level, so a body of a hundred thousand ``[`` raises
 ``RecursionError`` (a 500) inside DRF's parser. The depth is measured first, in one pass that
@@ -7,13 +8,14 @@ skips string contents, and a body nested deeper than ``max_depth`` is a ``ParseE
 
 from __future__ import annotations
 
-import io
+import json
 import re
 import sys
 
 from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
+from rest_framework.utils import json as drf_json
 
 # A JSON string (escapes included) or one bracket; everything else is irrelevant to depth.
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
@@ -63,7 +65,32 @@ class BoundedJSONParser(JSONParser):
         if json_number_too_long(text):
             # Python refuses to read such an integer, in words about its own settings.
             raise ParseError(f"JSON parse error - a number has more than {_MAX_DIGITS} digits.")
+        parse_constant = drf_json.strict_constant if self.strict else None
         try:
-            return super().parse(io.BytesIO(raw), media_type, parser_context)
+            return json.loads(text, parse_constant=parse_constant)
+        except json.JSONDecodeError as exc:
+            # Python's words ("Expecting value: line 1 column 36 (char 35)"), said plainly.
+            what = _DECODE_WORDS.get(exc.msg, exc.msg[:1].lower() + exc.msg[1:])
+            raise ParseError(
+                f"JSON parse error - {what} at line {exc.lineno}, column {exc.colno}."
+            ) from None
+        except ValueError:  # NaN and Infinity, which JSON does not have
+            raise ParseError("JSON parse error - NaN and Infinity are not JSON numbers.") from None
         except RecursionError:
             raise ParseError("JSON parse error - nested too deeply.") from None
+
+
+# Python's ``json`` messages, in words for the API's callers.
+_DECODE_WORDS = {
+    "Expecting value": "a value was expected",
+    "Expecting ',' delimiter": "a comma was expected",
+    "Expecting ':' delimiter": "a colon was expected",
+    "Expecting property name enclosed in double quotes": "a field name in double quotes was "
+    "expected",
+    "Unterminated string starting at": "a string is not closed",
+    "Extra data": "more follows the end of the JSON value",
+    "Invalid control character at": "a string holds a control character (escape it)",
+    "Invalid \\escape": "a string holds an invalid escape",
+    "Illegal trailing comma before end of object": "a comma ends an object",
+    "Illegal trailing comma before end of array": "a comma ends a list",
+}

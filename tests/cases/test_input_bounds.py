@@ -110,6 +110,38 @@ def test_an_api_number_too_long_to_read_is_400_in_plain_words(api_as, agent, acc
     assert quoted.status_code == 201  # digits inside a string are text
 
 
+@pytest.mark.parametrize(
+    ("body", "detail"),
+    [
+        ('{"account": "ACC-100", "note":', "a value was expected at line 1, column 31."),
+        ('{"account": "ACC-100" "note": ""}', "a comma was expected at line 1, column 23."),
+        (
+            '{"account": "ACC-100",}',
+            "a field name in double quotes was expected at line 1, column 23.",
+        ),
+        ('{"note": "open}', "a string is not closed at line 1, column 10."),
+        ("{}\n{}", "more follows the end of the JSON value at line 2, column 1."),
+    ],
+)
+def test_a_body_that_is_not_json_is_400_in_words(api_as, agent, account, writes, body, detail):
+    """Python's own words ("Expecting value: line 1 column 31 (char 30)") reached the caller."""
+    before = writes()
+    response = api_as(agent).post("/api/cases/", body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json() == {
+        "error": "malformed_request",
+        "detail": f"JSON parse error - {detail}",
+    }
+    assert writes() == before
+
+
+def test_nan_is_400_in_words(api_as, agent, account, writes):
+    body = json.dumps({**_intake(), "note": "x"}).replace('"x"', "NaN")
+    response = api_as(agent).post("/api/cases/", body, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["detail"] == "JSON parse error - NaN and Infinity are not JSON numbers."
+
+
 @pytest.mark.parametrize("param", ["owner", "responsible", "team"])
 @pytest.mark.parametrize("value", ["abc", "\x00", "99999999999999999999999"])
 def test_admin_case_list_with_a_bad_filter_value_is_not_a_500(browser, lead, case, param, value):
