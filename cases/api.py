@@ -117,6 +117,8 @@ class CaseViewSet(
                 queryset = queryset.exclude(pk__in=queryset.overdue().values("pk"))
             else:
                 errors["overdue"] = ["Use true or false."]
+        if message := search.too_many_words(params.get("q", "")):
+            errors["q"] = [message]
         if errors:
             raise ValidationError(errors)
         if value := params.get("q", "").strip():
@@ -138,7 +140,7 @@ class CaseViewSet(
                 "q",
                 str,
                 description="words that must each be in the case's reference, order id, "
-                "account reference or name, or request key",
+                f"account reference or name, or request key; at most {search.MAX_WORDS}",
             ),
         ],
         responses={200: CaseListSerializer(many=True), **error_responses(400, 404)},

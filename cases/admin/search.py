@@ -22,6 +22,12 @@ class IndexedSearchMixin:
         fields = list(self.get_search_fields(request))  # type: ignore[attr-defined]
         if not search_term or not fields or any(f[0] in "^=@" for f in fields):
             return super().get_search_results(request, queryset, search_term)  # type: ignore[misc]
+        if message := search.too_many_words(search_term):
+            messages.warning(
+                request,
+                f"{message} Only the first {search.MAX_WORDS} were searched.",
+                fail_silently=True,
+            )
         found, truncated = search.indexed_search(queryset, fields, search_term)
         if truncated:
             messages.info(
