@@ -19,6 +19,7 @@ what ``websearch_to_tsquery`` asks of the words, without the stemming.
 from __future__ import annotations
 
 import re
+from itertools import islice
 
 from django.contrib.auth import get_user_model
 from django.contrib.postgres.search import SearchQuery, SearchVector
@@ -26,6 +27,7 @@ from django.db import connection
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from cases.models import Case, CaseEvent
+from cases.search import MAX_WORDS
 
 # At most this many case ids per source (and owners per name): the rest is not looked at.
 CAP = 200
@@ -111,7 +113,9 @@ def case_ids_matching(term: str, *, team_ids: list[int] | None = None) -> set[in
     matches ``term``: at most :data:`CAP` per source, in five queries (none for a term shorter
     than :data:`MIN_LENGTH`). ``team_ids``: only the cases of these teams (``None``: every
     team's, a superuser's search)."""
-    term = " ".join(term.split())
+    # The first words alone, as the list's own search (``cases.search.MAX_WORDS``): each
+    # ``-word`` is one more test of every case found (sixty made a page 0.9 s at 1M cases).
+    term = " ".join(match.group(0) for match in islice(_WEB_WORD.finditer(term), MAX_WORDS))
     if len(term) < MIN_LENGTH:
         return set()
     cases = Case.objects.all() if team_ids is None else Case.objects.filter(team__in=team_ids)

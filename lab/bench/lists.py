@@ -417,6 +417,9 @@ def pages() -> list[Page]:
         # Three words, none selective alone -- every account's name has "Customer", many order
         # ids "ORD-100" -- each of which must match one of the fields (``cases.search``).
         Page("admin changelist search three words", changelist, {"q": "Customer 1000 ORD-100"}),
+        # A word of the cases' texts: the full-text search (``cases.fulltext``) finds it in
+        # about a hundred events' reasons at every size, beside the references' search.
+        Page("admin changelist search full text", changelist, {"q": "customer"}),
         Page("admin held queue", "/admin/cases/heldcase/"),
         Page("admin held queue search order id", "/admin/cases/heldcase/", {"q": "ORD-1005000"}),
         Page("admin needs-attention queue", "/admin/cases/attentioncase/"),

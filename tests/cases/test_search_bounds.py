@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from cases import search
 from cases.models import Case
@@ -124,3 +125,18 @@ def test_a_search_asks_at_most_ten_distinct_words(api, lead, make_case, client):
     assert list(page.context["cl"].result_list) == []
     found = client.get("/admin/cases/case/", {"q": "ORD-4242"})
     assert list(found.context["cl"].result_list) == [case]
+
+
+def test_the_case_list_filters_a_full_text_search_on_one_set_of_ids(make_case, lead, client):
+    """The references' search and the full-text search (notes, reasons, the timeline) each
+    give a capped set of ids. Filtered as "these ids OR that subquery", PostgreSQL read every
+    case for it: 314 ms for "customer" at 1M cases, against 11 ms as one set of ids."""
+    noted = make_case(note="The parcel driver called.")
+    referenced = make_case(order_id="ORD-PARCEL-1")
+    make_case(order_id="ORD-OTHER")
+    client.force_login(lead)
+    with CaptureQueriesContext(connection) as captured:
+        page = client.get("/admin/cases/case/", {"q": "parcel"})
+    assert set(page.context["cl"].result_list) == {noted, referenced}
+    subqueries = [q["sql"] for q in captured.captured_queries if '"id" IN (SELECT' in q["sql"]]
+    assert not subqueries, subqueries
