@@ -292,7 +292,8 @@ class PrepareFields(forms.Form):
     reason = forms.CharField(
         required=False,
         max_length=300,
-        help_text="Why (e.g. the customer confirmed another change by phone).",
+        help_text="Why (e.g. the customer confirmed another change by phone). To submit "
+        "again, unchanged, a proposal an approver rejected: what changed since.",
     )
 
 

@@ -260,6 +260,7 @@ def proposal_prepare(
     change: dict | None = None,
     advisory_note: str = "",
     submit: bool = True,
+    again_because: str = "",
 ) -> Proposal:
     """Prepare one exact proposal from the case's current evidence and (normally) submit it.
 
@@ -267,6 +268,11 @@ def proposal_prepare(
     passes the one back). The evidence is the last checked order version and the evidence
     references recorded for it; a case whose evidence is missing goes back for a source check
     instead.
+
+    A person may submit again a proposal an approver rejected, exactly as it was (the same
+    change on the same order evidence), only saying why (``again_because``, e.g. "the customer
+    confirmed by phone"): the approver reads it as the proposal's advisory note beside the
+    rejection. Without it the same question would reach an approver again with nothing new.
     """
     with case_step(
         case, actor=actor, permission="cases.work_case", what="prepare proposals"
@@ -306,6 +312,17 @@ def proposal_prepare(
                 "pk", flat=True
             )
         )
+        content_hash = _content_hash(
+            case=case,
+            order_id=case.order_id,
+            change=change,
+            version=case.last_checked_order_version,
+            evidence_ids=evidence_ids,
+        )
+        if not isinstance(actor, Worker):
+            advisory_note = _again_after_rejection(case, content_hash, again_because) or (
+                advisory_note
+            )
         proposal = Proposal.objects.create(
             case=case,
             order_id=case.order_id,
@@ -313,13 +330,7 @@ def proposal_prepare(
             evidence_order_version=case.last_checked_order_version,
             evidence_ids=evidence_ids,
             advisory_note=advisory_note[:300],
-            content_hash=_content_hash(
-                case=case,
-                order_id=case.order_id,
-                change=change,
-                version=case.last_checked_order_version,
-                evidence_ids=evidence_ids,
-            ),
+            content_hash=content_hash,
             prepared_by=user_or_none(actor),
             prepared_by_label=actor_label(actor),
         )
@@ -396,6 +407,32 @@ def _submit(case: Case, proposal: Proposal, actor: Actor) -> None:
     )
 
 
+def _again_after_rejection(case: Case, content_hash: str, because: str) -> str:
+    """The advisory note of a proposal a person submits again exactly as an approver rejected
+    it (the same content hash: change, order version, evidence), or "" when none was rejected;
+    refused without ``because``."""
+    rejected = (
+        case.proposals.filter(status=Proposal.Status.REJECTED, content_hash=content_hash)
+        .order_by("-pk")
+        .first()
+    )
+    if rejected is None:
+        return ""
+    decision = (
+        rejected.approvals.filter(decision=Approval.Decision.REJECTED).order_by("-pk").first()
+    )
+    who = decision.reference if decision else f"proposal #{rejected.pk}"
+    said = f"{who}: {decision.reason}" if decision else who
+    if not because.strip():
+        raise InvalidCaseInput(
+            f"This exact proposal was rejected ({said}). To submit it again unchanged, say in "
+            "the reason what changed since, for the approver; or change the change, or read "
+            "the order again.",
+            fields={"reason": ["Say what changed since the rejection."]},
+        )
+    return f"Submitted again after rejection {who}: {because.strip()}"
+
+
 def proposal_prepare_by_hand(
     *, case: Case, actor: Actor, change: dict, reason: str, expected_version: int
 ) -> Proposal:
@@ -420,7 +457,7 @@ def proposal_prepare_by_hand(
             reason=reason or "The customer confirmed another change",
             expected_version=expected_version,
         )
-        return proposal_prepare(case=case, actor=actor, change=change)
+        return proposal_prepare(case=case, actor=actor, change=change, again_because=reason)
 
 
 def proposal_submit(*, proposal: Proposal, actor: Actor) -> Proposal:

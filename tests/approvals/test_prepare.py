@@ -238,3 +238,49 @@ def test_a_person_prepares_only_on_the_newest_order_the_desk_knows_of(checked_ca
     assert "at version 2 since it was read at version 1" in str(refused.value)
     assert Proposal.objects.count() == proposals
     assert reload(case).version == case.version
+
+
+def test_a_rejected_proposal_goes_to_an_approver_again_unchanged_only_with_a_reason(
+    proposal, approver, agent
+):
+    """Prepared again exactly as rejected (the same change on the same order evidence), the
+    same question reached an approver with nothing new; now the person says what changed, and
+    the approver reads it as the proposal's note. Another change needs no reason."""
+    case = reload(proposal.case)
+    decision = services.proposal_reject(
+        proposal=proposal, actor=approver, reason="Ask the customer first"
+    )
+    rejected = reload(case)
+
+    def again(reason: str, change=proposal.change):
+        return services.proposal_prepare_by_hand(
+            case=reload(case),
+            actor=agent,
+            change=change,
+            reason=reason,
+            expected_version=reload(case).version,
+        )
+
+    with pytest.raises(InvalidCaseInput) as refused:
+        again("")
+    assert f"({decision.reference}: Ask the customer first)" in refused.value.detail
+    assert refused.value.fields == {"reason": ["Say what changed since the rejection."]}
+    assert reload(case).version == rejected.version  # nothing was written
+    assert reload(case).status == Status.PROPOSAL_REJECTED
+
+    second = again("The customer confirmed the date by phone")
+    assert second.content_hash == proposal.content_hash
+    assert second.advisory_note == (
+        f"Submitted again after rejection {decision.reference}: "
+        "The customer confirmed the date by phone"
+    )
+    assert second.status == Proposal.Status.AWAITING_REVIEW
+
+
+def test_another_change_after_a_rejection_needs_no_reason(proposal, approver, agent):
+    case = reload(proposal.case)
+    services.proposal_reject(proposal=proposal, actor=approver, reason="Wrong date")
+    other = date_change(in_days(20))
+    second = services.proposal_prepare(case=reload(case), actor=agent, change=other)
+    assert second.status == Proposal.Status.AWAITING_REVIEW
+    assert second.advisory_note == ""
