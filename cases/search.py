@@ -97,7 +97,8 @@ def words_of(term: str) -> list[str]:
     words: dict[str, str] = {}
     for bit in smart_split(term):
         word = unescape_string_literal(bit) if bit[0] in "\"'" and bit[0] == bit[-1] else bit
-        words.setdefault(word.casefold(), word)
+        if word.strip():  # an empty quote ("") asks nothing; as a word it matched every row
+            words.setdefault(word.casefold(), word)
     return list(words.values())
 
 

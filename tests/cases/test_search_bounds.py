@@ -107,6 +107,10 @@ def test_a_search_asks_at_most_ten_distinct_words(api, lead, make_case, client):
     case = make_case(order_id="ORD-4242")
     many = " ".join(f"w{n}" for n in range(11))
     assert search.words_of("Customer customer CUSTOMER 'a b' x") == ["Customer", "a b", "x"]
+    assert search.words_of('"" x " "') == ["x"]
+    everything = api(lead).get("/api/cases/", {"q": '""'}).json()
+    assert everything["search_cut"] is False
+    assert [row["reference"] for row in everything["results"]] == [case.reference]
     assert search.too_many_words(" ".join(["Customer"] * 60)) == ""
     assert search.too_many_words(many) == "Search with at most 10 words; this search has 11."
 
