@@ -29,11 +29,11 @@ from cases.serializers import (
 from cases.throttling import ThrottleRefusalsMixin
 from cases.validation import USERNAME_MAX_LENGTH
 
-# A username as Django's own validator allows it; the schema publishes the same rule.
 # A re-sent intake's answer (``create``): the key had opened the case already; and in which
 # fields the request differs from the first.
 REPLAYED_HEADER = "Holdfast-Replayed"
 DIFFERS_HEADER = "Holdfast-Request-Differs"
+# A username as Django's own validator allows it; the schema publishes the same rule.
 _USERNAME_PATTERN = rf"^[\w.@+-]{{1,{USERNAME_MAX_LENGTH}}}$"
 _USERNAME = re.compile(_USERNAME_PATTERN.replace("$", r"\Z"))
 _USERNAME_SCHEMA = {
