@@ -120,6 +120,18 @@ def test_claiming_the_next_due_case_is_one_statement_and_one_commit(approved_cas
     assert "FOR UPDATE OF c" in statement.rpartition("SKIP LOCKED")[2]
 
 
+def test_the_claim_reads_the_live_approval_and_each_marker_once():
+    """The claim's one statement reads the case's live approval once for its four columns, and
+    each system marker once: as scalar subqueries it walked the same approval four times and
+    the restore marker twice (0.26 ms of a 4 ms claim, alternated in one process)."""
+    from reconciliation.claims import _pg_claim_statement
+
+    for next_due in (False, True):
+        sql = " ".join(_pg_claim_statement(next_due).split())
+        assert sql.count("FROM approvals_approval ") == 1
+        assert sql.count("cases_systemmarker ") == 2  # the restore marker, the source check
+
+
 @postgres_only
 def test_a_safe_apply_is_at_most_six_transactions_and_changes_the_order_once(
     approved_case, live_orders
