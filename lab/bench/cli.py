@@ -30,6 +30,7 @@ from lab.bench.cluster import ROOT
 from lab.bench.context import Run
 from lab.bench.deployed_orders import DeployedOrderSystem
 from lab.bench.goals import ListsOutcome
+from lab.bench.machine import Machine
 from lab.bench.mailsink import MailSink
 from lab.bench.postgres import drop_database, reading_overhead
 from lab.bench.report import report
@@ -153,6 +154,7 @@ def e2e_kinds(options: dict[str, Any]) -> tuple[str, ...]:
 def start_run(out: Any, name: str, options: dict[str, Any]) -> Run:
     """Print what the run measures, then take the readings' own cost and quiet the database."""
     run_id = uuid.uuid4().hex[:8]
+    machine = Machine.now()  # before this run adds its own load
     for noisy in ("django-q", "httpx"):  # one line per enqueue, per request
         logging.getLogger(noisy).setLevel(logging.WARNING)
     log_dir = ROOT / "var" / "bench" / name
@@ -177,6 +179,7 @@ def start_run(out: Any, name: str, options: dict[str, Any]) -> Run:
         out=out,
         overhead=reading_overhead(),
         e2e_kinds=kinds_in_turn,
+        machine=machine,
     )
     quiet()
     analyze()

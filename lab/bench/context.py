@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lab.bench.machine import Machine
 from lab.bench.postgres import Overhead
 from lab.bench.series import Series, Skip, all_series
 
@@ -43,6 +44,7 @@ class Run:
     mail: Any = None  # the customers' mail server (``lab.bench.mailsink.MailSink``), if it runs
     # The change kinds the end-to-end backlogs take in turn (``--e2e-kinds``).
     e2e_kinds: tuple[str, ...] = ("delivery_date",)
+    machine: Machine | None = None  # read at the start (``lab.bench.machine``)
 
     @property
     def orders_db(self) -> str:

@@ -237,6 +237,7 @@ def report(run: Run, lists: ListsOutcome, elapsed: float) -> None:
         *peer_lines(s),
         multihost_line(s),
         *list_page_lines(lists),
+        *([run.machine.line()] if run.machine is not None else []),
         "",
         "GOALS (issue 27; ratios of the medians of this run's rounds, with the per-round spread)",
         *(f"  {line}" for line in goals(s, lists)),
