@@ -1045,9 +1045,9 @@ class Attempt(GuardedModel):
         # send and the answer of each apply) then rewrites no index entry (PostgreSQL's HOT
         # update; the table keeps room on its pages for it, migration 0036). The watchdog's
         # query of active attempts whose lease ran out reads the few active ones through
-        # attempt_one_active_per_case, as small as the number of running attempts. An index on
-        # the lease (attempt_active_lease_idx until 0035) made every renewal of the 9 indexes'
-        # rows a new version in each.
+        # attempt_one_active_per_case, as small as the number of running attempts. With an
+        # index on the lease (attempt_active_lease_idx, until 0035), every renewal added a new
+        # entry to each of the table's nine indexes.
 
     def __str__(self) -> str:
         return self.reference
