@@ -55,11 +55,18 @@ def attempt_set_state(
     ``event`` is the action recorded for the move (with ``reason`` and ``detail``, ``detail``
     always naming the attempt); ``None`` only when the caller records, in the same transaction
     and right after, the event that accounts for it (a step or a transition of the case naming
-    the attempt)."""
+    the attempt).
+
+    A move from any state, with no further condition, always moves: its count is not read, and
+    inside ``cases.rows.writes_held`` it waits for the next statement."""
+    expected = list(expected)
+    if where is None and event is None and set(expected) >= set(Attempt.State.values):
+        rows.update_unread(Attempt, {"pk": attempt.pk}, {"state": state, **fields})
+        return True
     moved = bool(
         rows.update(
             Attempt,
-            {"pk": attempt.pk, "state__in": list(expected), **(where or {})},
+            {"pk": attempt.pk, "state__in": expected, **(where or {})},
             {"state": state, **fields},
         )
     )

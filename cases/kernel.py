@@ -178,7 +178,16 @@ def lock_case_at_head(
     ("" before the case's first event; None elsewhere: not read): for a step that records its
     events in a :func:`writes_batched` block begun before any other event of its transaction
     (``head=``), so that no event of the step reads the head again."""
-    return locked_with_head(Case, case_id, related)
+    case, head, _ = locked_with_head(Case, case_id, related)
+    return case, head
+
+
+def lock_case_at_head_with(
+    case_id: int, related: tuple[str, ...], model: Any, pk: Any
+) -> tuple[Case, str | None, Any]:
+    """:func:`lock_case_at_head`, and ``model``'s row ``pk`` locked after the case's, read in
+    the same statement on PostgreSQL (a step's own row under the case, e.g. its operation)."""
+    return locked_with_head(Case, case_id, related, also=(model, pk))
 
 
 @contextmanager
@@ -231,7 +240,9 @@ def writes_batched(case: Case, *, head: str | None = None) -> Iterator[None]:
     the caller's transaction.
 
     ``head``: the chain's head as read under the caller's lock with no event recorded since
-    (:func:`lock_case_at_head`); the block's first event links to it instead of reading it."""
+    (:func:`lock_case_at_head`); the block's first event links to it instead of reading it.
+    Inside ``cases.rows.writes_held`` the save and the insert wait for the next statement
+    (the events' ids come with it), unless notifications need the events' ids at once."""
     if _BATCH in case.__dict__:
         yield  # already batched by an outer block: it writes
         return
@@ -243,7 +254,7 @@ def writes_batched(case: Case, *, head: str | None = None) -> Iterator[None]:
         delattr(case, _BATCH)
     if batch.fields:
         save_fields(case, sorted(batch.fields))
-    insert(batch.events)
+    insert(batch.events, hold=not batch.notifications)
     _insert_notifications(batch.notifications)
 
 

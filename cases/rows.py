@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
-from django.db import DatabaseError, connection, connections, models
+from django.db import DatabaseError, connection, connections, models, transaction
 
 
 def columns(model: Any, alias: str) -> str:
@@ -144,6 +148,111 @@ def fetchone_named(statement: str, params: dict[str, Any]) -> Any:
         return cursor.fetchone()
 
 
+# --- writes held for the next statement -------------------------------------------------------
+
+
+_Write = tuple[str, Any, Callable[[Any], None] | None]
+
+
+@dataclass
+class _Held:
+    """What :func:`writes_held` holds: each write's statement, its parameters, and what to do
+    with its cursor once its answer is in (None: nothing)."""
+
+    writes: list[_Write] = dataclass_field(default_factory=list)
+    sending: bool = False
+
+
+_HELD = "_hf_writes_held"  # the connection's attribute while a block holds writes
+
+
+@contextmanager
+def writes_held() -> Iterator[None]:
+    """Inside, on PostgreSQL, a write whose answer its caller does not read at once
+    (:func:`save_fields`, :func:`update_unread`, :func:`insert` with ``hold``) waits, and goes
+    to the server with the next statement, whichever it is, in one round trip (psycopg's
+    pipeline mode): the held writes first, in order, then that statement. What is still held
+    when the block ends goes then, in one round trip. The server runs the same statements in
+    the same order; only the waits between them go (``tests/reconciliation/test_hot_path.py``
+    counts the round trips of a safe apply).
+
+    An error of a held write is raised by the statement that carries it. A block left by an
+    exception drops what it still holds, and the transaction it is in is marked to roll back:
+    it may not commit without those writes. For use inside ``transaction.atomic``; elsewhere
+    (another database, a block inside another's) it holds nothing of its own."""
+    db = current()
+    if db.vendor != "postgresql" or _HELD in db.__dict__:
+        yield
+        return
+    held = db.__dict__[_HELD] = _Held()
+    try:
+        with db.execute_wrapper(_carry):
+            yield
+            _send(db, held, None)
+    except BaseException:
+        if held.writes and db.in_atomic_block:
+            transaction.set_rollback(True)
+        raise
+    finally:
+        del db.__dict__[_HELD]
+
+
+def _hold(db: Any, statement: str, params: Any, done: Callable[[Any], None] | None) -> bool:
+    """Hold a write for the next statement when a :func:`writes_held` block is open; whether it
+    was held."""
+    held: _Held | None = db.__dict__.get(_HELD)
+    if held is None or held.sending:
+        return False
+    held.writes.append((statement, params, done))
+    return True
+
+
+def _carry(execute: Any, sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
+    """The execute wrapper of a :func:`writes_held` block: the next statement carries what is
+    held."""
+    import psycopg
+
+    db = context["connection"]
+    held: _Held | None = db.__dict__.get(_HELD)
+    if held is None or held.sending or not held.writes:
+        return execute(sql, params, many, context)
+    if isinstance(getattr(context.get("cursor"), "cursor", None), psycopg.ServerCursor):
+        # A server-side cursor (the ORM's ``iterator()``) cannot run in a pipeline: the held
+        # writes go first, in a round trip of their own.
+        _send(db, held, None)
+        return execute(sql, params, many, context)
+    return _send(db, held, lambda: execute(sql, params, many, context))
+
+
+def _send(db: Any, held: _Held, then: Callable[[], Any] | None) -> Any:
+    """Send the held writes and then ``then`` (the statement that carries them) in one
+    pipeline; once the server answered all of them, give each held write its answer. The
+    writes go through Django's own cursors, so the query log and the execute wrappers see
+    each."""
+    import psycopg
+
+    writes, held.writes = held.writes, []
+    if not writes:
+        return None if then is None else then()
+    held.sending = True
+    sent: list[tuple[Any, Callable[[Any], None] | None]] = []
+    try:
+        with db.wrap_database_errors, db.connection.pipeline():
+            for statement, params, done in writes:
+                cursor = db._prepare_cursor(psycopg.Cursor(db.connection))  # noqa: SLF001
+                cursor.execute(statement, params)
+                sent.append((cursor, done))
+            result = None if then is None else then()
+        for cursor, done in sent:
+            if done is not None:
+                done(cursor)
+    finally:
+        held.sending = False
+        for cursor, _done in sent:
+            cursor.close()
+    return result
+
+
 def _lockable(model: Any, related: tuple[str, ...]) -> bool:
     """Whether :func:`locked` writes the read of ``model`` with ``related`` out: each a foreign
     key of the model itself (not a path through another)."""
@@ -157,10 +266,12 @@ def _lockable(model: Any, related: tuple[str, ...]) -> bool:
 
 
 @functools.cache
-def _locked_sql(model: Any, related: tuple[str, ...], head: bool = False) -> str:
+def _locked_sql(model: Any, related: tuple[str, ...], head: bool = False, also: Any = None) -> str:
     """One row of ``model`` by id with its ``related`` rows, locking only its own row (as the
     ORM's ``select_for_update(of=("self",)).select_related(*related)``: a nullable key's row
-    is joined outer). ``head`` (a case): the hash of its last audit event last."""
+    is joined outer). ``head`` (a case): the hash of its last audit event after them. ``also``:
+    a model whose row by id (the second parameter) is read and locked too, after the first's,
+    its columns last."""
     selected = [columns(model, "m")]
     joins = []
     for i, name in enumerate(related):
@@ -174,9 +285,14 @@ def _locked_sql(model: Any, related: tuple[str, ...], head: bool = False) -> str
         )
     if head:
         selected.append(_chain_head_sql().replace("%s", "m.id").join("()"))
+    where, of = f'm."{model._meta.pk.column}" = %s', "m"
+    if also is not None:
+        selected.append(columns(also, "x"))
+        joins.append(f'CROSS JOIN "{also._meta.db_table}" x')
+        where, of = f'{where} AND x."{also._meta.pk.column}" = %s', "m, x"
     return (
         f'SELECT {", ".join(selected)} FROM "{model._meta.db_table}" m {" ".join(joins)} '  # noqa: S608 - metadata
-        f'WHERE m."{model._meta.pk.column}" = %s FOR UPDATE OF m'
+        f"WHERE {where} FOR UPDATE OF {of}"
     )
 
 
@@ -188,28 +304,42 @@ def locked(model: Any, pk: Any, related: tuple[str, ...] = ()) -> Any:
     return _locked(model, pk, related, head=False)[0]
 
 
-def locked_with_head(case_model: Any, pk: Any, related: tuple[str, ...] = ()) -> tuple[Any, Any]:
+def locked_with_head(
+    case_model: Any, pk: Any, related: tuple[str, ...] = (), *, also: tuple[Any, Any] | None = None
+) -> tuple[Any, Any, Any]:
     """:func:`locked` for a case, with the hash of its last audit event read in the same
     statement ("" before its first): on PostgreSQL. Elsewhere the head is not read here (None):
     it would be a statement of its own, and the caller's first event reads it when it needs it
-    (:func:`chain_head`)."""
-    return _locked(case_model, pk, related, head=True)
+    (:func:`chain_head`). ``also``: (model, id) of a row to lock after the case's, read with it
+    on PostgreSQL (elsewhere by :func:`locked` next); the third value (None without ``also``)."""
+    return _locked(case_model, pk, related, head=True, also=also)
 
 
-def _locked(model: Any, pk: Any, related: tuple[str, ...], *, head: bool) -> tuple[Any, Any]:
+def _locked(
+    model: Any,
+    pk: Any,
+    related: tuple[str, ...],
+    *,
+    head: bool,
+    also: tuple[Any, Any] | None = None,
+) -> tuple[Any, Any, Any]:
     if connection.vendor != "postgresql" or not _lockable(model, related):
         row = (
             model._default_manager.select_for_update(of=("self",))
             .select_related(*related)
             .get(pk=pk)
         )
-        return row, None
+        return row, None, (None if also is None else locked(*also))
     db = current()
     with prepared_cursor() as cursor:
-        cursor.execute(_locked_sql(model, related, head), [pk])
+        if also is None:
+            cursor.execute(_locked_sql(model, related, head), [pk])
+        else:
+            cursor.execute(_locked_sql(model, related, head, also[0]), [pk, also[1]])
         values = cursor.fetchone()
     if values is None:
-        raise model.DoesNotExist(f"{model._meta.object_name} matching query does not exist.")
+        missing = model if also is None else f"{model._meta.object_name} or {also[0]}"
+        raise model.DoesNotExist(f"{missing} matching query does not exist.")
     at = width(model)
     row = load(model, values[:at], db)
     for name in related:
@@ -217,7 +347,11 @@ def _locked(model: Any, pk: Any, related: tuple[str, ...], *, head: bool) -> tup
         part = values[at : at + width(target)]
         at += width(target)
         setattr(row, name, None if part[0] is None else load(target, part, db))
-    return row, ((values[at] or "") if head else None)
+    chain = None
+    if head:
+        chain, at = values[at] or "", at + 1
+    other = None if also is None else load(also[0], values[at : at + width(also[0])], db)
+    return row, chain, other
 
 
 @functools.cache
@@ -243,10 +377,13 @@ def _insert_sql(model: Any, count: int) -> str:
     )
 
 
-def insert(instances: list[Any]) -> None:
+def insert(instances: list[Any], *, hold: bool = False) -> None:
     """Insert new ``instances`` of one model, in order, and give each its primary key: on
     PostgreSQL one statement written out, elsewhere the ORM's (one row: its ``save``, which
-    gives it its key on every database; more: ``bulk_create``)."""
+    gives it its key on every database; more: ``bulk_create``).
+
+    ``hold``: inside :func:`writes_held`, the insert may wait for the next statement, and the
+    keys arrive with it: for a caller that does not read them before that."""
     if not instances:
         return
     model: Any = type(instances[0])
@@ -258,12 +395,19 @@ def insert(instances: list[Any]) -> None:
         return
     db = current()
     params = [value for instance in instances for value in insert_values(instance, db)]
-    with prepared_cursor() as cursor:
-        cursor.execute(_insert_sql(model, len(instances)), params)
+    statement = _insert_sql(model, len(instances))
+
+    def inserted(cursor: Any) -> None:
         ids = [row[0] for row in cursor.fetchall()]
-    for instance, pk in zip(instances, ids, strict=True):
-        instance.pk = pk
-        instance._state.adding, instance._state.db = False, db.alias
+        for instance, pk in zip(instances, ids, strict=True):
+            instance.pk = pk
+            instance._state.adding, instance._state.db = False, db.alias
+
+    if hold and _hold(db, statement, params, inserted):
+        return
+    with prepared_cursor() as cursor:
+        cursor.execute(statement, params)
+        inserted(cursor)
 
 
 @functools.cache
@@ -287,10 +431,17 @@ def save_fields(instance: Any, names: list[str]) -> None:
     ordered = tuple(sorted(set(names)))
     fields = [model._meta.get_field(name) for name in ordered]
     params = [f.get_db_prep_save(f.pre_save(instance, False), db) for f in fields]
+    statement, values = _update_sql(model, ordered), [*params, instance.pk]
+    if _hold(db, statement, values, _saved_one):
+        return
     with prepared_cursor() as cursor:
-        cursor.execute(_update_sql(model, ordered), [*params, instance.pk])
-        if cursor.rowcount != 1:
-            raise DatabaseError("Save with update_fields did not affect any rows.")
+        cursor.execute(statement, values)
+        _saved_one(cursor)
+
+
+def _saved_one(cursor: Any) -> None:
+    if cursor.rowcount != 1:
+        raise DatabaseError("Save with update_fields did not affect any rows.")
 
 
 # The lookups :func:`update` writes out, as SQL operators.
@@ -357,6 +508,30 @@ def update(model: Any, where: dict[str, Any], values: dict[str, Any]) -> int:
     PostgreSQL, for conditions on the model's own columns (``exact``, ``in``, ``isnull``,
     ``lt``/``lte``/``gt``/``gte``) and plain values, one statement written out with each
     field's own conversion; anything else goes through the ORM, as on the other databases."""
+    written = _update_written(model, where, values)
+    if written is None:
+        return model._default_manager.filter(**where).update(**values)
+    with prepared_cursor() as cursor:
+        cursor.execute(*written)
+        return cursor.rowcount
+
+
+def update_unread(model: Any, where: dict[str, Any], values: dict[str, Any]) -> None:
+    """:func:`update` for a caller that does not read how many rows it updated: inside
+    :func:`writes_held` a written-out one waits for the next statement."""
+    written = _update_written(model, where, values)
+    if written is None:
+        model._default_manager.filter(**where).update(**values)
+    elif not _hold(current(), *written, None):
+        with prepared_cursor() as cursor:
+            cursor.execute(*written)
+
+
+def _update_written(
+    model: Any, where: dict[str, Any], values: dict[str, Any]
+) -> tuple[str, list[Any]] | None:
+    """:func:`update`'s statement written out and its parameters, or None when it goes through
+    the ORM."""
     conditions = [_condition(model, key) for key in where]
     targets = [_field(model, name) for name in values]
     if (
@@ -367,7 +542,7 @@ def update(model: Any, where: dict[str, Any], values: dict[str, Any]) -> int:
         or any(f is None or f.primary_key for f in targets)
         or not all(_plain(v) for v in (*where.values(), *values.values()))
     ):
-        return model._default_manager.filter(**where).update(**values)
+        return None
     db = current()
     params = [
         f.get_db_prep_save(_pk_of(v), db) for f, v in zip(targets, values.values(), strict=True)
@@ -385,9 +560,7 @@ def update(model: Any, where: dict[str, Any], values: dict[str, Any]) -> int:
             params.append([field.get_db_prep_value(_pk_of(v), db, prepared=False) for v in value])
         else:
             params.append(field.get_db_prep_value(_pk_of(value), db, prepared=False))
-    with prepared_cursor() as cursor:
-        cursor.execute(_update_where_sql(model, tuple(shape), tuple(values)), params)
-        return cursor.rowcount
+    return _update_where_sql(model, tuple(shape), tuple(values)), params
 
 
 @functools.cache

@@ -478,6 +478,7 @@ def evidence_add(
     """Attach a reference to permitted evidence to a case locked by the caller (no version bump).
 
     Services that record evidence as part of a transition call this inside their transaction.
+    Inside ``cases.rows.writes_held`` the reference's id comes with the next statement.
     """
     evidence = EvidenceReference(
         case=case,
@@ -490,7 +491,7 @@ def evidence_add(
         order_version=order_version,
         recorded_by=actor_label(actor),
     )
-    insert([evidence])  # a worker records one at every confirmed apply: written out
+    insert([evidence], hold=True)  # a worker records one at every confirmed apply: written out
     return evidence
 
 

@@ -55,6 +55,7 @@ from cases.kernel import (
     bump_and_save,
     case_step,
     lock_case_at_head,
+    lock_case_at_head_with,
     record_event,
     record_fact,
     writes_batched,
@@ -68,7 +69,7 @@ from cases.models import (
     WaitingOn,
 )
 from cases.retries import retries_reset
-from cases.rows import locked, update
+from cases.rows import update_unread, writes_held
 from cases.scheduling import enqueue_on_commit
 from reconciliation import customer_mail, metrics
 from reconciliation.claims import (
@@ -520,9 +521,12 @@ def _record_applied(
     address to go to is not begun here (``Notify.LATER``: its own task begins it)."""
     now = timezone.now()
     plan: Notify | None = None
-    with transaction.atomic():
-        case, head = lock_case_at_head(attempt.case_id, WORKER_RELATED)
-        operation = locked(Operation, attempt.operation_id)
+    # The writes whose answer nothing reads go with the next statement (the lease's renewal
+    # carries the confirmation and its evidence; the case and its events go together).
+    with transaction.atomic(), writes_held():
+        case, head, operation = lock_case_at_head_with(
+            attempt.case_id, WORKER_RELATED, Operation, attempt.operation_id
+        )
         # The order system applied the change just now, for the first time (not a replay of
         # an earlier send, not found by a look), and these records had not confirmed it: it
         # was never applied before, so nobody can have been told of it yet, and nothing below
@@ -839,8 +843,9 @@ def _notify(attempt: Attempt, worker: Worker, plan: Notify | None) -> str:
                 why = f"the mail server never confirmed the send ({exc})"
                 _notification_uncertain(locked_case, attempt, worker, key, address, why)
             return "confirmed"
-    # The step and the close read nothing back: one save of the case, the events together.
-    with transaction.atomic():
+    # The step and the close read nothing back: one save of the case, the events together,
+    # and what nothing reads goes with the next statement.
+    with transaction.atomic(), writes_held():
         case, head = lock_case_at_head(case.pk, WORKER_RELATED)
         with writes_batched(case, head=head):
             return _notified_locked(case, attempt, worker, plan)
@@ -892,7 +897,9 @@ def _notified_locked(
     operation = attempt.operation
     key = notification_key(operation)
     now = timezone.now()
-    update(Operation, {"pk": operation.pk, "notified_at__isnull": True}, {"notified_at": now})
+    update_unread(
+        Operation, {"pk": operation.pk, "notified_at__isnull": True}, {"notified_at": now}
+    )
     operation.notified_at = operation.notified_at or now
     notified = record_fact(
         case=case,
@@ -962,7 +969,7 @@ def _notification_uncertain(
 
 
 def _close(attempt: Attempt, worker: Worker) -> str:
-    with transaction.atomic():
+    with transaction.atomic(), writes_held():
         case, head = lock_case_at_head(attempt.case_id, WORKER_RELATED)
         if case.status == Status.DONE:
             return "done"  # closed already (run again, or by settlement): nothing left
