@@ -3,13 +3,16 @@ worker, and what a failed send means.
 
 A worker tells a customer after every change it applies. Opening a session for each message
 (connect, greeting, EHLO, and QUIT after it) cost more of the worker's time than building the
-message; the session is kept between messages and checked with ``NOOP`` before each, so a
-session the server closed meanwhile is opened again before anything of the message leaves.
+message, so the session is kept between messages. It is not asked whether it still answers
+before each (a ``NOOP``: one more round trip a message): a session the server closed meanwhile
+fails before the message's ``DATA`` began, so nothing of the message went, and the message is
+sent at once over a new session.
 
 A send that fails is one of two things, and the caller records which:
 
-- ``NotSent``: nothing of the message was taken: no session could be opened, or the server
-  answered and refused it (``cases.delivery.refusal``). Sending it again later is safe.
+- ``NotSent``: nothing of the message was taken: no session could be opened, the server
+  answered and refused it (``cases.delivery.refusal``), or the session failed before the
+  message's ``DATA`` began. Sending it again later is safe.
 - ``MayHaveGone``: the message had begun to go and the server's answer never came (a timeout,
   a dropped connection): it may have been delivered, so it is not sent again.
 
@@ -63,31 +66,58 @@ def _drop() -> None:
             backend.close()
 
 
-def _alive(backend: SmtpBackend) -> bool:
-    """The kept session still answers (``NOOP``); nothing of a message is sent by asking."""
-    session = backend.connection
-    if session is None:
-        return False
-    try:
-        return bool(session.noop()[0] == 250)
-    except Exception:  # noqa: BLE001 - any failure: the session is gone
-        return False
-
-
-def _session(fresh: SmtpBackend) -> SmtpBackend:
-    """The worker's open SMTP session; when it has none that answers, ``fresh`` (not open yet)
-    is opened and kept. Raises ``NotSent`` when none can be opened."""
-    key = _settings_key()
+def _kept_session() -> SmtpBackend | None:
+    """The worker's open SMTP session for the settings in force, if it keeps one."""
     kept: SmtpBackend | None = getattr(_kept, "backend", None)
-    if kept is not None and getattr(_kept, "key", None) == key and _alive(kept):
-        return kept
+    if kept is None or getattr(_kept, "key", None) != _settings_key() or kept.connection is None:
+        return None
+    return kept
+
+
+def _opened(fresh: SmtpBackend) -> SmtpBackend:
+    """``fresh`` (not open yet) opened and kept as the worker's session, the one it had
+    dropped. Raises ``NotSent`` when it cannot be opened."""
     _drop()
     try:
         fresh.open()
     except Exception as exc:
         raise NotSent(f"{type(exc).__name__}: {exc}") from exc
-    _kept.backend, _kept.key = fresh, key
+    _note_data(fresh.connection)
+    _kept.backend, _kept.key = fresh, _settings_key()
     return fresh
+
+
+def _note_data(session: Any) -> None:
+    """smtplib sends a message's content with the session's ``data``: the session notes when it
+    began (``hf_data_began``), so that a failure before it is known to have taken nothing."""
+    send_data = session.data
+
+    def data(content: Any) -> Any:
+        session.hf_data_began = True
+        return send_data(content)
+
+    session.data = data
+
+
+class _Untaken(Exception):  # noqa: N818 - an outcome, named as it reads
+    """The session failed before the message's ``DATA`` began: nothing of it went."""
+
+
+def _send_on(backend: SmtpBackend, message: EmailMessage) -> None:
+    """Send ``message`` over ``backend``'s open session; raises ``NotSent`` (refused),
+    ``_Untaken`` (failed before ``DATA``) or ``MayHaveGone``, the session dropped."""
+    session: Any = backend.connection  # open: the caller kept or opened it
+    session.hf_data_began = False
+    try:
+        backend.send_messages([message])
+    except Exception as exc:
+        _drop()
+        words = f"{type(exc).__name__}: {exc}"
+        if refusal(exc):
+            raise NotSent(words) from exc
+        if not getattr(session, "hf_data_began", True):
+            raise _Untaken(words) from exc
+        raise MayHaveGone(words) from exc
 
 
 def send(message: EmailMessage) -> None:
@@ -99,12 +129,14 @@ def send(message: EmailMessage) -> None:
         except Exception as exc:
             raise NotSent(f"{type(exc).__name__}: {exc}") from exc
         return
-    session = _session(backend)
+    kept = _kept_session()
+    if kept is not None:
+        try:
+            _send_on(kept, message)
+            return
+        except _Untaken:
+            pass  # the kept session had closed: nothing went; a new session takes the message
     try:
-        session.send_messages([message])
-    except Exception as exc:
-        _drop()
-        words = f"{type(exc).__name__}: {exc}"
-        if refusal(exc):
-            raise NotSent(words) from exc
-        raise MayHaveGone(words) from exc
+        _send_on(_opened(backend), message)
+    except _Untaken as exc:
+        raise NotSent(str(exc)) from exc

@@ -1,8 +1,9 @@
 """The customer's notification through a real SMTP server (``tests/support/smtp.py``).
 
-A worker keeps one SMTP session for its notifications and checks it before each; a message the
-server refused is sent again later, once; a message whose answer never came may have gone and
-is never sent again: the case asks a person instead.
+A worker keeps one SMTP session for its notifications without asking it anything between
+them; a session that failed before a message's DATA took nothing of it, so the message goes
+over a new one; a message the server refused is sent again later, once; a message whose
+answer never came may have gone and is never sent again: the case asks a person instead.
 """
 
 from __future__ import annotations
@@ -42,8 +43,10 @@ def test_one_session_tells_one_customer_after_another(smtp, approved_case):
         f"{Operation.objects.get(case=first).key}:notify",
         f"{Operation.objects.get(case=second).key}:notify",
     ]
-    # Both went over one SMTP session: no connect, greeting and QUIT per message.
+    # Both went over one SMTP session: no connect, greeting and QUIT per message, and no NOOP
+    # before each (one more round trip a message).
     assert told[0].session == told[1].session
+    assert smtp.noops == 0
 
 
 def test_a_session_the_server_dropped_is_opened_again_before_the_message_goes(smtp, approved_case):
@@ -58,7 +61,34 @@ def test_a_session_the_server_dropped_is_opened_again_before_the_message_goes(sm
     assert len(told) == 2
     assert told[0].session != told[1].session
     second.refresh_from_db()
-    assert second.outstanding_question == ""  # nothing uncertain: the NOOP found it first
+    # Nothing uncertain: the dead session failed before the message's DATA began.
+    assert second.outstanding_question == ""
+    assert "cases.notification.may_have_gone" not in _actions(second)
+
+
+def test_a_session_dropped_before_the_message_s_data_took_nothing_and_it_goes_again_later(
+    smtp, approved_case
+):
+    """The server drops the session, a new one too, as the message names its recipient: nothing
+    of it was taken, so it is not sent, not "may have gone"; a worker sends it again later."""
+    first = approved_case()
+    assert apply_case(case_id=first.pk) == "done"  # a session is kept
+    case = approved_case()
+    smtp.drop_at_recipient = 2  # the kept session, then the new one
+    assert apply_case(case_id=case.pk) != "done"
+    case.refresh_from_db()
+    assert case.status == Status.READY  # retried on the backoff, the change already applied
+    assert "cases.notification.failed" in _actions(case)
+    assert "cases.notification.may_have_gone" not in _actions(case)
+    assert case.outstanding_question == ""
+
+    type(case).objects.filter(pk=case.pk).update(next_check_at=timezone.now())
+    assert apply_case(case_id=case.pk) == "done"
+    told = smtp.wait_for(2, timeout=5)
+    assert [m.message["X-Holdfast-Notification-Key"] for m in told] == [
+        f"{Operation.objects.get(case=first).key}:notify",
+        f"{Operation.objects.get(case=case).key}:notify",
+    ]
 
 
 def test_a_refused_message_is_sent_again_later_once(smtp, approved_case):

@@ -50,6 +50,9 @@ class MailServer:
     received: list[Received] = field(default_factory=list)
     refused: int = 0
     refuse_next: int = 0
+    # Sessions to drop without an answer when a message names its recipient (before its DATA).
+    drop_at_recipient: int = 0
+    noops: int = 0  # NOOP commands answered
     # A predicate on the message: the first that matches is held until ``release`` is set.
     hold: Callable[[Message], bool] | None = None
     holding: threading.Event = field(default_factory=threading.Event)
@@ -82,6 +85,22 @@ class MailServer:
 class _Handler:
     def __init__(self, server: MailServer) -> None:
         self.server = server
+
+    async def handle_NOOP(self, smtp, session, envelope, arg) -> str:  # noqa: N802 - aiosmtpd's
+        with self.server.lock:
+            self.server.noops += 1
+        return "250 OK"
+
+    async def handle_RCPT(self, smtp, session, envelope, address, options) -> str:  # noqa: N802
+        server = self.server
+        with server.lock:
+            drop = server.drop_at_recipient > 0
+            server.drop_at_recipient -= drop
+        if drop:
+            smtp.transport.close()  # no answer: the session is gone before the message's DATA
+            return "250 OK"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, smtp, session, envelope) -> str:  # noqa: N802 - aiosmtpd's name
         server = self.server
