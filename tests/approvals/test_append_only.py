@@ -283,6 +283,44 @@ def test_the_owner_is_refused_too_unless_it_sets_the_switch(attempt):
     assert attempt.fencing_token == 99
 
 
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_an_update_that_keeps_the_identity_runs_no_guard_function(attempt):
+    """``cases`` 0037: the trigger's own condition lets a renewal or a state change pass
+    without calling the function (each apply updates its attempt three times); an update of
+    the identity still runs it, and is refused (its words). Counted by PostgreSQL itself
+    (``pg_stat_xact_user_functions``, with ``track_functions`` on for the transaction)."""
+
+    def guard_calls() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT coalesce(sum(calls), 0) FROM pg_stat_xact_user_functions "
+                "WHERE funcname = 'holdfast_attempt_identity_fixed'"
+            )
+            return int(cursor.fetchone()[0])
+
+    now = timezone.now()
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL track_functions = 'pl'")
+            cursor.execute("SET LOCAL holdfast.maintenance = 'off'")  # the tests' own is on
+        Attempt.objects.filter(pk=attempt.pk).update(
+            heartbeat_at=now, lease_expires_at=now + dt.timedelta(minutes=2)
+        )
+        Attempt.objects.filter(pk=attempt.pk).update(
+            state=Attempt.State.SUCCEEDED, finished_at=now, last_confirmed_step="closed"
+        )
+        assert guard_calls() == 0
+        with (
+            pytest.raises(ProgrammingError, match="UPDATE of fencing_token refused"),
+            transaction.atomic(),
+            connection.cursor() as cursor,
+        ):
+            cursor.execute("UPDATE cases_attempt SET fencing_token = 8 WHERE id = %s", [attempt.pk])
+    attempt.refresh_from_db()
+    assert (attempt.state, attempt.fencing_token) == (Attempt.State.SUCCEEDED, 7)
+
+
 def test_every_attempt_column_is_either_identity_or_mutable_in_both_guards():
     """The model's guard (``Attempt.MUTABLE``) and the trigger (``cases`` 0021's identity
     columns) split the attempt's columns the same way, and miss none."""
