@@ -5,8 +5,9 @@ A worker tells a customer after every change it applies. Opening a session for e
 (connect, greeting, EHLO, and QUIT after it) cost more of the worker's time than building the
 message, so the session is kept between messages. It is not asked whether it still answers
 before each (a ``NOOP``: one more round trip a message): a session the server closed meanwhile
-fails before the message's ``DATA`` began, so nothing of the message went, and the message is
-sent at once over a new session.
+(or closes now, answering 421, as servers do after an idle timeout) fails before the message's
+``DATA`` began, so nothing of the message went, and the message is sent at once over a new
+session.
 
 A send that fails is one of two things, and the caller records which:
 
@@ -113,10 +114,11 @@ def _send_on(backend: SmtpBackend, message: EmailMessage) -> None:
     except Exception as exc:
         _drop()
         words = f"{type(exc).__name__}: {exc}"
+        closing = getattr(exc, "smtp_code", None) == 421  # the server closes the session
+        if not getattr(session, "hf_data_began", True) and (closing or not refusal(exc)):
+            raise _Untaken(words) from exc
         if refusal(exc):
             raise NotSent(words) from exc
-        if not getattr(session, "hf_data_began", True):
-            raise _Untaken(words) from exc
         raise MayHaveGone(words) from exc
 
 

@@ -66,6 +66,24 @@ def test_a_session_the_server_dropped_is_opened_again_before_the_message_goes(sm
     assert "cases.notification.may_have_gone" not in _actions(second)
 
 
+def test_a_session_the_server_closes_with_421_at_the_next_message_is_opened_again_at_once(
+    smtp, approved_case
+):
+    """After an idle timeout a server answers the next command with 421 and closes: nothing of
+    the message was taken, so it goes at once over a new session, not after a backoff."""
+    first = approved_case()
+    assert apply_case(case_id=first.pk) == "done"
+    smtp.close_at_sender = 1
+
+    second = approved_case()
+    assert apply_case(case_id=second.pk) == "done"
+    told = smtp.wait_for(2, timeout=5)
+    assert told[0].session != told[1].session
+    assert "cases.notification.failed" not in _actions(second)
+    second.refresh_from_db()
+    assert second.outstanding_question == ""
+
+
 def test_a_session_dropped_before_the_message_s_data_took_nothing_and_it_goes_again_later(
     smtp, approved_case
 ):

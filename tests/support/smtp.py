@@ -52,6 +52,8 @@ class MailServer:
     refuse_next: int = 0
     # Sessions to drop without an answer when a message names its recipient (before its DATA).
     drop_at_recipient: int = 0
+    # Sessions to close with "421" when a message names its sender, as after an idle timeout.
+    close_at_sender: int = 0
     noops: int = 0  # NOOP commands answered
     # A predicate on the message: the first that matches is held until ``release`` is set.
     hold: Callable[[Message], bool] | None = None
@@ -89,6 +91,18 @@ class _Handler:
     async def handle_NOOP(self, smtp, session, envelope, arg) -> str:  # noqa: N802 - aiosmtpd's
         with self.server.lock:
             self.server.noops += 1
+        return "250 OK"
+
+    async def handle_MAIL(self, smtp, session, envelope, address, options) -> str:  # noqa: N802
+        server = self.server
+        with server.lock:
+            close = server.close_at_sender > 0
+            server.close_at_sender -= close
+        if close:
+            asyncio.get_running_loop().call_later(0.05, smtp.transport.close)
+            return "421 4.4.2 Error: timeout exceeded, closing"
+        envelope.mail_from = address
+        envelope.mail_options.extend(options)
         return "250 OK"
 
     async def handle_RCPT(self, smtp, session, envelope, address, options) -> str:  # noqa: N802
