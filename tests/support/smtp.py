@@ -93,12 +93,15 @@ class _Handler:
             self.server.noops += 1
         return "250 OK"
 
+    def _take(self, fault: str) -> bool:
+        """Whether one of the faults the test asked for (a count on the server) happens now."""
+        with self.server.lock:
+            left = getattr(self.server, fault)
+            setattr(self.server, fault, max(left - 1, 0))
+        return left > 0
+
     async def handle_MAIL(self, smtp, session, envelope, address, options) -> str:  # noqa: N802
-        server = self.server
-        with server.lock:
-            close = server.close_at_sender > 0
-            server.close_at_sender -= close
-        if close:
+        if self._take("close_at_sender"):
             asyncio.get_running_loop().call_later(0.05, smtp.transport.close)
             return "421 4.4.2 Error: timeout exceeded, closing"
         envelope.mail_from = address
@@ -106,11 +109,7 @@ class _Handler:
         return "250 OK"
 
     async def handle_RCPT(self, smtp, session, envelope, address, options) -> str:  # noqa: N802
-        server = self.server
-        with server.lock:
-            drop = server.drop_at_recipient > 0
-            server.drop_at_recipient -= drop
-        if drop:
+        if self._take("drop_at_recipient"):
             smtp.transport.close()  # no answer: the session is gone before the message's DATA
             return "250 OK"
         envelope.rcpt_tos.append(address)
