@@ -8,6 +8,9 @@ SMTP server that counts what arrives:
 - a worker SIGKILLed between the answer's commit and the notification (before it even queued
   the task): the attempt's lease runs out, the sweep sends the case back, and the customer is
   notified exactly once, with the order changed exactly once;
+- a worker SIGKILLed while the mail server holds the customer's message, taken in full and
+  not yet answered: the message may have gone, so it is never sent again; the case closes with
+  the question for a person, and exactly one message arrived;
 - run in process: the apply returns with the notification queued, and the task notifies and
   closes; a second run of the task notifies nobody again.
 """
@@ -81,6 +84,38 @@ def test_a_worker_killed_between_the_answer_and_the_notification_notifies_exactl
     states = list(Attempt.objects.filter(case=case).order_by("sequence").values_list("state"))
     assert states == [("lease_expired",), ("succeeded",)], states
     assert Operation.objects.get(case=case).notified_at is not None
+
+
+@pytest.mark.order_system
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_mid_delivery_never_sends_the_customer_s_message_again(
+    approved_case, live_orders, smtp, tmp_path
+):
+    case = approved_case()
+    key = f"{Operation.objects.get(case=case).key}:notify"
+    smtp.hold = lambda message: message["X-Holdfast-Notification-Key"] == key
+    with Proc("qcluster", env=_env(live_orders, smtp, tmp_path)) as first:
+        wait_for(smtp.holding.is_set, timeout=90, what="the customer's message at the server")
+        assert first.process is not None
+        os.killpg(first.process.pid, signal.SIGKILL)  # mid-delivery: DATA sent, no answer yet
+        first.process.wait(timeout=10)
+    smtp.release.set()
+    assert Operation.objects.get(case=case).notified_at is None
+
+    with Proc("qcluster", env=_env(live_orders, smtp, tmp_path)) as second:
+        wait_for(
+            lambda: Case.objects.get(pk=case.pk).status == Status.DONE,
+            timeout=90,
+            what="the case done after the lease ran out",
+        )
+        output = second.output()
+    arrived = [r for r in smtp.received if r.message["X-Holdfast-Notification-Key"] == key]
+    assert len(arrived) == 1, (smtp.received, output[-3000:])
+    assert len(live_orders.state(case.order_id)["operations"]) == 1
+    done = Case.objects.get(pk=case.pk)
+    assert "may already have gone" in done.outstanding_question
+    assert Operation.objects.get(case=case).notified_at is None  # a person confirms it
 
 
 @pytest.mark.order_system
