@@ -279,9 +279,9 @@ class Case(FSMModelMixin, models.Model):
     )
     note = models.TextField(blank=True)
 
-    status = FSMField(
-        default=Status.NEW, choices=Status.choices, protected=True, db_index=True, max_length=30
-    )
+    # Indexed in ``Meta.indexes`` (``cases_case_status_95787cb3``), without the pattern index
+    # Django adds to an indexed text field: no query matches a status by pattern (0038).
+    status = FSMField(default=Status.NEW, choices=Status.choices, protected=True, max_length=30)
     version = models.PositiveIntegerField(default=1, editable=False)
 
     # Not indexed alone: ``case_number_per_team`` (team, number) answers every look by team.
@@ -296,8 +296,9 @@ class Case(FSMModelMixin, models.Model):
         null=True,
         blank=True,
     )
+    # Indexed in ``Meta.indexes``, as the status (0038).
     waiting_on = models.CharField(
-        max_length=20, choices=WaitingOn.choices, default=WaitingOn.NOBODY, db_index=True
+        max_length=20, choices=WaitingOn.choices, default=WaitingOn.NOBODY
     )
     waiting_reason = models.CharField(max_length=200, blank=True)
     outstanding_question = models.TextField(blank=True)
@@ -402,6 +403,12 @@ class Case(FSMModelMixin, models.Model):
             ),
         ]
         indexes = [
+            # The lists' filters by status and by who the case waits on. Plain b-trees: as
+            # ``db_index=True`` these fields also had Django's ``varchar_pattern_ops`` index,
+            # which only a ``LIKE`` uses and none does, one more entry on every update that
+            # moves a case (0038 dropped them; the names are the ones Django gave).
+            models.Index(fields=["status"], name="cases_case_status_95787cb3"),
+            models.Index(fields=["waiting_on"], name="cases_case_waiting_on_9b7ec905"),
             # The desk's search (``icontains``, field by field: ``cases.admin.search``) by case
             # reference, order id and request key: PostgreSQL only (migrations 0012 and 0013
             # build them concurrently; other databases skip them).

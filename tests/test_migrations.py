@@ -303,3 +303,18 @@ def test_the_one_open_case_and_live_operation_constraints_are_built_concurrently
         sql = out.getvalue()
         assert "CREATE UNIQUE INDEX CONCURRENTLY" in sql, sql
         assert 'CREATE UNIQUE INDEX "' not in sql, sql
+
+
+@pytest.mark.postgres_only
+def test_the_case_table_has_no_pattern_index_that_no_query_uses(db):
+    """Every update that moves a case writes an entry into each of its indexes. Django gives an
+    indexed text field a ``varchar_pattern_ops`` twin that only ``LIKE 'prefix%'`` can use:
+    the reference's serves the case numbering (``reference__startswith``); the status's and
+    the wait's served nothing and are gone (cases 0038), while their plain b-trees stay."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'cases_case'")
+        indexes = dict(cursor.fetchall())
+    patterns = {name for name, sql in indexes.items() if "varchar_pattern_ops" in sql}
+    assert patterns == {"cases_case_reference_cb43aa34_like"}
+    assert indexes["cases_case_status_95787cb3"].endswith("USING btree (status)")
+    assert indexes["cases_case_waiting_on_9b7ec905"].endswith("USING btree (waiting_on)")
