@@ -65,6 +65,7 @@ from cases.models import (
 )
 from cases.notify import notifications_for
 from cases.rows import (
+    Exists,
     chain_head,
     current,
     insert,
@@ -172,22 +173,28 @@ def lock_case(case_or_pk: Case | int, related: tuple[str, ...] = CASE_RELATED) -
 
 
 def lock_case_at_head(
-    case_id: int, related: tuple[str, ...] = CASE_RELATED
+    case_id: int, related: tuple[str, ...] = CASE_RELATED, *, exists: Exists | None = None
 ) -> tuple[Case, str | None]:
     """:func:`lock_case`, with the audit chain's head read in the same statement on PostgreSQL
     ("" before the case's first event; None elsewhere: not read): for a step that records its
     events in a :func:`writes_batched` block begun before any other event of its transaction
-    (``head=``), so that no event of the step reads the head again."""
-    case, head, _ = locked_with_head(Case, case_id, related)
+    (``head=``), so that no event of the step reads the head again. ``exists``: a yes or no
+    read under the same lock, set on the case (``cases.rows.Exists``)."""
+    case, head, _ = locked_with_head(Case, case_id, related, exists=exists)
     return case, head
 
 
 def lock_case_at_head_with(
-    case_id: int, related: tuple[str, ...], model: Any, pk: Any
+    case_id: int,
+    related: tuple[str, ...],
+    model: Any,
+    pk: Any,
+    *,
+    exists: Exists | None = None,
 ) -> tuple[Case, str | None, Any]:
     """:func:`lock_case_at_head`, and ``model``'s row ``pk`` locked after the case's, read in
     the same statement on PostgreSQL (a step's own row under the case, e.g. its operation)."""
-    return locked_with_head(Case, case_id, related, also=(model, pk))
+    return locked_with_head(Case, case_id, related, also=(model, pk), exists=exists)
 
 
 @contextmanager

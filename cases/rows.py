@@ -266,12 +266,47 @@ def _lockable(model: Any, related: tuple[str, ...]) -> bool:
 
 
 @functools.cache
-def _locked_sql(model: Any, related: tuple[str, ...], head: bool = False, also: Any = None) -> str:
+@dataclass(frozen=True)
+class Exists:
+    """A yes or no read with a locked row, in the same statement (:func:`locked_with_head`):
+    whether ``model`` has a row whose ``key`` (its foreign key to the locked row's model) names
+    the locked row and whose columns hold the values of ``where``. Set on the locked row as its
+    attribute ``name``, as the ORM sets an annotation."""
+
+    name: str
+    model: Any
+    key: str
+    where: tuple[tuple[str, Any], ...] = ()
+
+    def sql(self, model: Any) -> str:
+        """The ``EXISTS`` over the row aliased ``m``; its parameters are :attr:`where`'s values."""
+        table = self.model._meta.db_table
+        key = self.model._meta.get_field(self.key).column
+        conditions = [f'e."{key}" = m."{model._meta.pk.column}"']
+        conditions += [f'e."{self.model._meta.get_field(n).column}" = %s' for n, _ in self.where]
+        return f'EXISTS (SELECT 1 FROM "{table}" e WHERE {" AND ".join(conditions)})'  # noqa: S608 - metadata
+
+    def annotation(self) -> Any:
+        """The same as the ORM's annotation."""
+        rows = self.model._default_manager.filter(
+            **{self.key: models.OuterRef("pk")}, **dict(self.where)
+        )
+        return {self.name: models.Exists(rows)}
+
+
+def _locked_sql(
+    model: Any,
+    related: tuple[str, ...],
+    head: bool = False,
+    also: Any = None,
+    exists: Exists | None = None,
+) -> str:
     """One row of ``model`` by id with its ``related`` rows, locking only its own row (as the
     ORM's ``select_for_update(of=("self",)).select_related(*related)``: a nullable key's row
-    is joined outer). ``head`` (a case): the hash of its last audit event after them. ``also``:
-    a model whose row by id (the second parameter) is read and locked too, after the first's,
-    its columns last."""
+    is joined outer). ``head`` (a case): the hash of its last audit event after them; then
+    ``exists``'s answer (its values are the first parameters). ``also``: a model whose row by
+    id (the parameter after the first row's id) is read and locked too, after the first's, its
+    columns last."""
     selected = [columns(model, "m")]
     joins = []
     for i, name in enumerate(related):
@@ -285,6 +320,8 @@ def _locked_sql(model: Any, related: tuple[str, ...], head: bool = False, also: 
         )
     if head:
         selected.append(_chain_head_sql().replace("%s", "m.id").join("()"))
+    if exists is not None:
+        selected.append(exists.sql(model))
     where, of = f'm."{model._meta.pk.column}" = %s', "m"
     if also is not None:
         selected.append(columns(also, "x"))
@@ -305,14 +342,21 @@ def locked(model: Any, pk: Any, related: tuple[str, ...] = ()) -> Any:
 
 
 def locked_with_head(
-    case_model: Any, pk: Any, related: tuple[str, ...] = (), *, also: tuple[Any, Any] | None = None
+    case_model: Any,
+    pk: Any,
+    related: tuple[str, ...] = (),
+    *,
+    also: tuple[Any, Any] | None = None,
+    exists: Exists | None = None,
 ) -> tuple[Any, Any, Any]:
     """:func:`locked` for a case, with the hash of its last audit event read in the same
     statement ("" before its first): on PostgreSQL. Elsewhere the head is not read here (None):
     it would be a statement of its own, and the caller's first event reads it when it needs it
     (:func:`chain_head`). ``also``: (model, id) of a row to lock after the case's, read with it
-    on PostgreSQL (elsewhere by :func:`locked` next); the third value (None without ``also``)."""
-    return _locked(case_model, pk, related, head=True, also=also)
+    on PostgreSQL (elsewhere by :func:`locked` next); the third value (None without ``also``).
+    ``exists``: an :class:`Exists` answered under the lock, set on the case (elsewhere as the
+    ORM's annotation of the locked read)."""
+    return _locked(case_model, pk, related, head=True, also=also, exists=exists)
 
 
 def _locked(
@@ -322,20 +366,22 @@ def _locked(
     *,
     head: bool,
     also: tuple[Any, Any] | None = None,
+    exists: Exists | None = None,
 ) -> tuple[Any, Any, Any]:
     if connection.vendor != "postgresql" or not _lockable(model, related):
-        row = (
-            model._default_manager.select_for_update(of=("self",))
-            .select_related(*related)
-            .get(pk=pk)
-        )
+        rows = model._default_manager.select_for_update(of=("self",)).select_related(*related)
+        if exists is not None:
+            rows = rows.annotate(**exists.annotation())
+        row = rows.get(pk=pk)
         return row, None, (None if also is None else locked(*also))
     db = current()
+    asked = [] if exists is None else [value for _, value in exists.where]
     with prepared_cursor() as cursor:
         if also is None:
-            cursor.execute(_locked_sql(model, related, head), [pk])
+            cursor.execute(_locked_sql(model, related, head, exists=exists), [*asked, pk])
         else:
-            cursor.execute(_locked_sql(model, related, head, also[0]), [pk, also[1]])
+            statement = _locked_sql(model, related, head, also[0], exists)
+            cursor.execute(statement, [*asked, pk, also[1]])
         values = cursor.fetchone()
     if values is None:
         missing = model if also is None else f"{model._meta.object_name} or {also[0]}"
@@ -350,6 +396,9 @@ def _locked(
     chain = None
     if head:
         chain, at = values[at] or "", at + 1
+    if exists is not None:
+        setattr(row, exists.name, values[at])
+        at += 1
     other = None if also is None else load(also[0], values[at : at + width(also[0])], db)
     return row, chain, other
 

@@ -52,6 +52,7 @@ from cases.kernel import (
     user_or_none,
 )
 from cases.models import (
+    CancellationRequest,
     Case,
     CustomerAccount,
     EvidenceReference,
@@ -61,7 +62,7 @@ from cases.models import (
 )
 from cases.references import case_number_next
 from cases.retries import retries_reset
-from cases.rows import insert, update
+from cases.rows import Exists, insert, update
 from cases.scheduling import enqueue_on_commit
 
 # --- transitions ------------------------------------------------------------------------------
@@ -932,12 +933,29 @@ def account_update(
     return locked
 
 
+# Read with the lock of a step that may complete the case (the worker's answer and close): no
+# cancellation can be requested while the lock is held, so "none pending" spares
+# :func:`cancellations_mark_after_change` its update.
+CANCELLATION_PENDING = Exists(
+    "cancellation_pending",
+    CancellationRequest,
+    "case",
+    (("outcome", CancellationRequest.Outcome.PENDING.value),),
+)
+
+
 def cancellations_mark_after_change(case: Case) -> str:
     """Pending cancellations of a case whose change is applied arrived after the change.
     Returns the note for the case ('' when there were none). Called only by
-    ``reconciliation.complete.case_complete``, the one way an applied case moves on."""
+    ``reconciliation.complete.case_complete``, the one way an applied case moves on.
+
+    A case locked with :data:`CANCELLATION_PENDING` says whether one is pending; when none is,
+    there is nothing to mark and no statement is sent. The answer is taken once: it holds
+    under the lock it was read with, not for a later use of the same instance."""
     from cases.models import CancellationRequest
 
+    if case.__dict__.pop(CANCELLATION_PENDING.name, True) is False:
+        return ""
     if not update(
         CancellationRequest,
         {"case_id": case.pk, "outcome": CancellationRequest.Outcome.PENDING},

@@ -71,6 +71,7 @@ from cases.models import (
 from cases.retries import retries_reset
 from cases.rows import update_unread, writes_held
 from cases.scheduling import enqueue_on_commit
+from cases.services import CANCELLATION_PENDING
 from reconciliation import customer_mail, metrics
 from reconciliation.claims import (
     Claimed,
@@ -525,7 +526,11 @@ def _record_applied(
     # carries the confirmation and its evidence; the case and its events go together).
     with transaction.atomic(), writes_held():
         case, head, operation = lock_case_at_head_with(
-            attempt.case_id, WORKER_RELATED, Operation, attempt.operation_id
+            attempt.case_id,
+            WORKER_RELATED,
+            Operation,
+            attempt.operation_id,
+            exists=CANCELLATION_PENDING,
         )
         # The order system applied the change just now, for the first time (not a replay of
         # an earlier send, not found by a look), and these records had not confirmed it: it
@@ -846,7 +851,7 @@ def _notify(attempt: Attempt, worker: Worker, plan: Notify | None) -> str:
     # The step and the close read nothing back: one save of the case, the events together,
     # and what nothing reads goes with the next statement.
     with transaction.atomic(), writes_held():
-        case, head = lock_case_at_head(case.pk, WORKER_RELATED)
+        case, head = lock_case_at_head(case.pk, WORKER_RELATED, exists=CANCELLATION_PENDING)
         with writes_batched(case, head=head):
             return _notified_locked(case, attempt, worker, plan)
 
@@ -970,7 +975,7 @@ def _notification_uncertain(
 
 def _close(attempt: Attempt, worker: Worker) -> str:
     with transaction.atomic(), writes_held():
-        case, head = lock_case_at_head(attempt.case_id, WORKER_RELATED)
+        case, head = lock_case_at_head(attempt.case_id, WORKER_RELATED, exists=CANCELLATION_PENDING)
         if case.status == Status.DONE:
             return "done"  # closed already (run again, or by settlement): nothing left
         if case.status != Status.APPLYING:

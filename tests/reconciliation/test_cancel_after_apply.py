@@ -122,3 +122,29 @@ def _at(monkeypatch, point: str, action) -> None:
     monkeypatch.setattr(
         apply_module, "STEP_POINT_OBSERVERS", [*apply_module.STEP_POINT_OBSERVERS, observer]
     )
+
+
+def test_a_cancellation_between_the_send_and_its_answer_is_marked_arrived_after_the_change(
+    approved_case, live_orders, agent, monkeypatch
+):
+    """The customer cancels once the change has gone and before the order system's answer is
+    recorded: nothing is applied in these records yet, so the request is pending. The answer
+    and the close read whether one is pending with their lock (``CANCELLATION_PENDING``) and
+    skip the cancellations' update when none is: this one must still be found and marked as
+    arrived after the change, with the note on the case."""
+    case = approved_case()
+    _at(
+        monkeypatch,
+        "after_submit",
+        lambda: case_cancel_request(case=case, actor=agent, reason="cancel it", via="api"),
+    )
+
+    apply_case(case_id=case.pk)
+
+    assert len(_applied_ops(live_orders)) == 1
+    request = CancellationRequest.objects.get(case=case)
+    assert request.outcome == CancellationRequest.Outcome.ARRIVED_AFTER_CHANGE
+    assert request.settled_at is not None
+    case.refresh_from_db()
+    assert case.status != Status.CANCELLED
+    assert "Cancellation arrived after the change" in case.outstanding_question

@@ -211,9 +211,10 @@ def test_after_the_answer_each_transaction_saves_the_case_once_and_reads_no_head
     assert count('INSERT INTO "cases_caseevent" ') == 2, cost.statements
     assert count('UPDATE "cases_case" ') == 2, cost.statements
     assert cost.transactions == 4, cost.statements
-    # Claim 1, mark 1, answer 6 (lock with head and the operation, confirm, evidence, lease,
-    # case, events), close 6 (lock with head, notified, attempt, cancellations, case, events).
-    assert cost.queries == 14, cost.statements
+    # Claim 1, mark 1, answer 6 (lock with head, the operation and whether a cancellation is
+    # pending, confirm, evidence, lease, case, events), close 5 (lock with head and whether a
+    # cancellation is pending, notified, attempt, case, events).
+    assert cost.queries == 13, cost.statements
     # The chain still verifies link by link, and the customer was told once.
     assert _actions_from_the_claim(case)[-3:] == [
         "cases.notification.sending",
@@ -624,16 +625,20 @@ def test_the_writes_nothing_reads_go_with_the_next_statement(approved_case, live
     write whose answer nothing reads (the operation's confirmation and its evidence, the
     notification's mark, the attempt's finish, the case's save and its events) waits for the
     next statement and goes with it in one round trip (``cases.rows.writes_held``); the answer
-    locks the case and its operation in one statement. The server runs 14 statements (15
-    before) in 4 transactions; the client waits 12 times, where it waited 19 (each
-    transaction's BEGIN and COMMIT are a wait of their own)."""
+    locks the case and its operation in one statement. The answer's and the close's locks
+    also say whether a cancellation is pending; with none, the close sends no update of the
+    cancellations. The server runs 13 statements (15, then 14 before) in 4 transactions; the
+    client waits 11 times, where it waited 19, then 12 (each transaction's BEGIN and COMMIT
+    are a wait of their own)."""
     case = approved_case()
     source_verified()
     with round_trips() as trips, database_cost() as cost:
         assert apply_case(case_id=case.pk) == "done"
-    assert cost.queries == 14, cost.statements
+    assert cost.queries == 13, cost.statements
     assert cost.transactions == 4, cost.statements
-    assert trips.count == 12, trips.waits
+    assert trips.count == 11, trips.waits
+    updates = [s for s in cost.statements if s.startswith('UPDATE "cases_cancellationrequest"')]
+    assert updates == [], cost.statements
     assert trips.waits.count('"COMMIT"') == 2, trips.waits
     case.refresh_from_db()
     assert case.status == Status.DONE
