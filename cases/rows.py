@@ -293,6 +293,10 @@ class Exists:
         )
         return {self.name: models.Exists(rows)}
 
+    def answer(self, pk: Any) -> bool:
+        """The same, asked alone of the row ``pk``."""
+        return self.model._default_manager.filter(**{self.key: pk}, **dict(self.where)).exists()
+
 
 def _locked_sql(
     model: Any,
@@ -303,10 +307,10 @@ def _locked_sql(
 ) -> str:
     """One row of ``model`` by id with its ``related`` rows, locking only its own row (as the
     ORM's ``select_for_update(of=("self",)).select_related(*related)``: a nullable key's row
-    is joined outer). ``head`` (a case): the hash of its last audit event after them; then
-    ``exists``'s answer (its values are the first parameters). ``also``: a model whose row by
-    id (the parameter after the first row's id) is read and locked too, after the first's, its
-    columns last."""
+    is joined outer). ``head`` (a case): the hash and the version of its last audit event
+    after them; then ``exists``'s answer (its values are the first parameters). ``also``: a
+    model whose row by id (the parameter after the first row's id) is read and locked too,
+    after the first's, its columns last."""
     selected = [columns(model, "m")]
     joins = []
     for i, name in enumerate(related):
@@ -320,6 +324,7 @@ def _locked_sql(
         )
     if head:
         selected.append(_chain_head_sql().replace("%s", "m.id").join("()"))
+        selected.append(_chain_head_sql("version").replace("%s", "m.id").join("()"))
     if exists is not None:
         selected.append(exists.sql(model))
     where, of = f'm."{model._meta.pk.column}" = %s', "m"
@@ -393,13 +398,22 @@ def _locked(
         part = values[at : at + width(target)]
         at += width(target)
         setattr(row, name, None if part[0] is None else load(target, part, db))
-    chain = None
+    chain = answer = None
     if head:
-        chain, at = values[at] or "", at + 1
+        chain, chain_version, at = values[at] or "", values[at + 1], at + 2
     if exists is not None:
-        setattr(row, exists.name, values[at])
-        at += 1
+        answer, at = values[at], at + 1
     other = None if also is None else load(also[0], values[at : at + width(also[0])], db)
+    if head and chain_version is not None and chain_version != row.version:
+        # The lock waited for a step that committed meanwhile: the row is as that step left
+        # it, but the statement's subqueries read from before it (READ COMMITTED). Each step
+        # records the event of the version it makes, so the last event is not the row's: read
+        # the head and the answer again, now, under the lock.
+        chain = chain_head(pk) or ""
+        if exists is not None:
+            answer = exists.answer(pk)
+    if exists is not None:
+        setattr(row, exists.name, answer)
     return row, chain, other
 
 
@@ -613,11 +627,13 @@ def _update_written(
 
 
 @functools.cache
-def _chain_head_sql() -> str:
+def _chain_head_sql(column: str = "hash") -> str:
+    """The last audit event's ``column`` (its hash: the chain's head; its version: the case's
+    version when no step committed since the statement's snapshot)."""
     from cases.models import CaseEvent
 
     return (
-        f'SELECT "hash" FROM "{CaseEvent._meta.db_table}" '  # noqa: S608 - model metadata
+        f'SELECT "{column}" FROM "{CaseEvent._meta.db_table}" '  # noqa: S608 - model metadata
         'WHERE "case_id" = %s ORDER BY "id" DESC LIMIT 1'
     )
 

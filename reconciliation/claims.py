@@ -439,7 +439,12 @@ def _pg_read_ctes(next_due: bool) -> str:
 # other database (``tests/reconciliation/test_hot_path.py`` holds both to the same
 # answer). The restore check compares the database's epoch with the one this host last saw for
 # the identity it knows (``%(identity)s``): a database it does not know yet writes nothing, and
-# the claim learns its identity and asks again (``_known_identity``).
+# the claim learns its identity and asks again (``_known_identity``). The last condition: the
+# audit chain's head is the locked row's version. A claim that waited for another step's lock
+# reads the row as that step left it, but every subquery (the head, the pending cancellations,
+# the live approval) from before it (READ COMMITTED): each step records the event of the
+# version it makes, so a head of another version means the read was from before a step that
+# committed meanwhile, and nothing is written (``_claim_one`` claims again, in a new statement).
 _PG_GUARDS = f"""
     hf_status = '{Status.READY.value}'
     AND (%(expected_version)s::bigint IS NULL OR hf_version = %(expected_version)s::bigint)
@@ -452,7 +457,9 @@ _PG_GUARDS = f"""
          OR hf_source_checked_at >= %(source_cutoff)s)
     AND (hf_marker_identity IS NULL OR hf_marker_epoch IS NULL
          OR (hf_marker_identity = %(identity)s
-             AND hf_marker_epoch >= COALESCE(%(seen_epoch)s::bigint, hf_marker_epoch)))"""
+             AND hf_marker_epoch >= COALESCE(%(seen_epoch)s::bigint, hf_marker_epoch)))
+    AND COALESCE((SELECT e.version FROM {CaseEvent._meta.db_table} e
+                  WHERE e.case_id = hf_case ORDER BY e.id DESC LIMIT 1), hf_version) = hf_version"""  # noqa: S608, E501 - identifiers from the models' metadata
 
 
 @functools.cache
@@ -759,7 +766,9 @@ def _claim_one(
 
     lease = lease_expiry(kind, now)
     alias = connection.alias
-    for _ in range(2):  # the second time only after learning the database's identity
+    again = False  # claimed once more after a read from before a step that committed
+    # The second time after learning the database's identity, or after such a read.
+    for _ in range(3):
         identity = _known_identity.get(alias)
         params = {
             **_read_params(now, case_id=case_id, skip=skip),
@@ -781,10 +790,16 @@ def _claim_one(
             return row.case_id
         _source_check_due(row, now=now, source_checked=source_checked)
         if row.marker_identity is None or row.marker_identity == identity:
-            # Every guard holds as read, and yet nothing was written: only a broken lock could.
-            raise ClaimRefused(
-                f"{row.case.reference} changed while it was claimed.", reason="claimed"
-            )
+            # Every guard holds as read, and yet nothing was written: the claim waited for a
+            # step that committed meanwhile and read what it checks from before it (the
+            # head's condition in ``_PG_GUARDS``): once more, in a new statement. Twice, only
+            # a broken lock could.
+            if again:
+                raise ClaimRefused(
+                    f"{row.case.reference} changed while it was claimed.", reason="claimed"
+                )
+            again = True
+            continue
         _known_identity[alias] = row.marker_identity
     raise ClaimRefused(f"{row.case.reference} changed while it was claimed.", reason="claimed")
 
