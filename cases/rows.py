@@ -374,23 +374,55 @@ def _locked(
     exists: Exists | None = None,
 ) -> tuple[Any, Any, Any]:
     if connection.vendor != "postgresql" or not _lockable(model, related):
-        rows = model._default_manager.select_for_update(of=("self",)).select_related(*related)
-        if exists is not None:
-            rows = rows.annotate(**exists.annotation())
-        row = rows.get(pk=pk)
-        return row, None, (None if also is None else locked(*also))
-    db = current()
+        return _locked_by_orm(model, pk, related, also, exists)
     asked = [] if exists is None else [value for _, value in exists.where]
+    params = [*asked, pk] if also is None else [*asked, pk, also[1]]
     with prepared_cursor() as cursor:
-        if also is None:
-            cursor.execute(_locked_sql(model, related, head, exists=exists), [*asked, pk])
-        else:
-            statement = _locked_sql(model, related, head, also[0], exists)
-            cursor.execute(statement, [*asked, pk, also[1]])
+        cursor.execute(
+            _locked_sql(model, related, head, None if also is None else also[0], exists), params
+        )
         values = cursor.fetchone()
     if values is None:
         missing = model if also is None else f"{model._meta.object_name} or {also[0]}"
         raise model.DoesNotExist(f"{missing} matching query does not exist.")
+    db = current()
+    row, at = _loaded_with(model, related, values, db)
+    chain = chain_version = answer = None
+    if head:
+        chain, chain_version, at = values[at] or "", values[at + 1], at + 2
+    if exists is not None:
+        answer, at = values[at], at + 1
+    other = None if also is None else load(also[0], values[at : at + width(also[0])], db)
+    if chain_version is not None and chain_version != row.version:
+        # The lock waited for a step that committed meanwhile: the row is as that step left
+        # it, but the statement's subqueries read from before it (READ COMMITTED). Each step
+        # records the event of the version it makes, so the last event is not the row's: read
+        # the head and the answer again, now, under the lock.
+        chain = chain_head(pk) or ""
+        answer = None if exists is None else exists.answer(pk)
+    if exists is not None:
+        setattr(row, exists.name, answer)
+    return row, chain, other
+
+
+def _locked_by_orm(
+    model: Any,
+    pk: Any,
+    related: tuple[str, ...],
+    also: tuple[Any, Any] | None,
+    exists: Exists | None,
+) -> tuple[Any, Any, Any]:
+    """:func:`_locked` through the ORM (other databases, or a related path it does not write
+    out): the head is not read (None)."""
+    rows = model._default_manager.select_for_update(of=("self",)).select_related(*related)
+    if exists is not None:
+        rows = rows.annotate(**exists.annotation())
+    return rows.get(pk=pk), None, (None if also is None else locked(*also))
+
+
+def _loaded_with(model: Any, related: tuple[str, ...], values: Any, db: Any) -> tuple[Any, int]:
+    """The row of ``model`` with its ``related`` rows set on it, from the first of ``values``
+    (as :func:`_locked_sql` selects them), and where the rest begins."""
     at = width(model)
     row = load(model, values[:at], db)
     for name in related:
@@ -398,23 +430,7 @@ def _locked(
         part = values[at : at + width(target)]
         at += width(target)
         setattr(row, name, None if part[0] is None else load(target, part, db))
-    chain = answer = None
-    if head:
-        chain, chain_version, at = values[at] or "", values[at + 1], at + 2
-    if exists is not None:
-        answer, at = values[at], at + 1
-    other = None if also is None else load(also[0], values[at : at + width(also[0])], db)
-    if head and chain_version is not None and chain_version != row.version:
-        # The lock waited for a step that committed meanwhile: the row is as that step left
-        # it, but the statement's subqueries read from before it (READ COMMITTED). Each step
-        # records the event of the version it makes, so the last event is not the row's: read
-        # the head and the answer again, now, under the lock.
-        chain = chain_head(pk) or ""
-        if exists is not None:
-            answer = exists.answer(pk)
-    if exists is not None:
-        setattr(row, exists.name, answer)
-    return row, chain, other
+    return row, at
 
 
 @functools.cache
