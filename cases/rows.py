@@ -265,7 +265,6 @@ def _lockable(model: Any, related: tuple[str, ...]) -> bool:
     return True
 
 
-@functools.cache
 @dataclass(frozen=True)
 class Exists:
     """A yes or no read with a locked row, in the same statement (:func:`locked_with_head`):
@@ -298,6 +297,7 @@ class Exists:
         return self.model._default_manager.filter(**{self.key: pk}, **dict(self.where)).exists()
 
 
+@functools.cache
 def _locked_sql(
     model: Any,
     related: tuple[str, ...],

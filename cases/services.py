@@ -952,8 +952,6 @@ def cancellations_mark_after_change(case: Case) -> str:
     A case locked with :data:`CANCELLATION_PENDING` says whether one is pending; when none is,
     there is nothing to mark and no statement is sent. The answer is taken once: it holds
     under the lock it was read with, not for a later use of the same instance."""
-    from cases.models import CancellationRequest
-
     if case.__dict__.pop(CANCELLATION_PENDING.name, True) is False:
         return ""
     if not update(
