@@ -18,12 +18,15 @@ from cases.audit import account_event_hash
 from cases.codes import AccountAction
 from cases.kernel import Actor, actor_label, user_or_none
 from cases.models import AccountEvent, CustomerAccount
+from cases.rows import locked
 
 
 def account_lock(account: CustomerAccount | int) -> CustomerAccount:
     """The account, re-read under its row lock (inside the caller's transaction)."""
     pk = account if isinstance(account, int) else account.pk
-    return CustomerAccount.objects.select_for_update(of=("self",)).select_related("team").get(pk=pk)
+    # ``cases.rows.locked``: what it reads with the row is as the lock found it, also after a
+    # wait for another change of the account.
+    return locked(CustomerAccount, pk, ("team",))
 
 
 def account_event_record(

@@ -292,9 +292,17 @@ class Exists:
         )
         return {self.name: models.Exists(rows)}
 
-    def answer(self, pk: Any) -> bool:
-        """The same, asked alone of the row ``pk``."""
-        return self.model._default_manager.filter(**{self.key: pk}, **dict(self.where)).exists()
+
+def _fresh_sql(model: Any, alias: str) -> str:
+    """Whether the row aliased ``alias``, read under its lock, is the one the statement's own
+    snapshot sees (PostgreSQL). In READ COMMITTED, ``SELECT … FOR UPDATE`` that waited for
+    another transaction's lock returns the row as that transaction left it, but reads every
+    other row of the statement (a joined row, a subquery) from the snapshot taken before it: a
+    new version of the locked row (another ``xmin``) says that the rest may be older than it.
+    A joined row whose key the other transaction changed is not joined at all then: the row
+    is not returned."""
+    table, pk = model._meta.db_table, model._meta.pk.column
+    return f'(SELECT v.xmin FROM "{table}" v WHERE v."{pk}" = {alias}."{pk}") = {alias}.xmin'  # noqa: S608 - metadata
 
 
 @functools.cache
@@ -307,10 +315,11 @@ def _locked_sql(
 ) -> str:
     """One row of ``model`` by id with its ``related`` rows, locking only its own row (as the
     ORM's ``select_for_update(of=("self",)).select_related(*related)``: a nullable key's row
-    is joined outer). ``head`` (a case): the hash and the version of its last audit event
-    after them; then ``exists``'s answer (its values are the first parameters). ``also``: a
-    model whose row by id (the parameter after the first row's id) is read and locked too,
-    after the first's, its columns last."""
+    is joined outer). ``head`` (a case): the hash of its last audit event after them; then
+    ``exists``'s answer (its values are the first parameters). ``also``: a model whose row by
+    id (the parameter after the first row's id) is read and locked too, after the first's, its
+    columns next. Last, whether the locked rows are as the statement's snapshot saw them
+    (:func:`_fresh_sql`)."""
     selected = [columns(model, "m")]
     joins = []
     for i, name in enumerate(related):
@@ -324,14 +333,15 @@ def _locked_sql(
         )
     if head:
         selected.append(_chain_head_sql().replace("%s", "m.id").join("()"))
-        selected.append(_chain_head_sql("version").replace("%s", "m.id").join("()"))
     if exists is not None:
         selected.append(exists.sql(model))
-    where, of = f'm."{model._meta.pk.column}" = %s', "m"
+    where, of, fresh = f'm."{model._meta.pk.column}" = %s', "m", _fresh_sql(model, "m")
     if also is not None:
         selected.append(columns(also, "x"))
         joins.append(f'CROSS JOIN "{also._meta.db_table}" x')
         where, of = f'{where} AND x."{also._meta.pk.column}" = %s', "m, x"
+        fresh = f"{fresh} AND {_fresh_sql(also, 'x')}"
+    selected.append(f"({fresh})")
     return (
         f'SELECT {", ".join(selected)} FROM "{model._meta.db_table}" m {" ".join(joins)} '  # noqa: S608 - metadata
         f"WHERE {where} FOR UPDATE OF {of}"
@@ -377,32 +387,36 @@ def _locked(
         return _locked_by_orm(model, pk, related, also, exists)
     asked = [] if exists is None else [value for _, value in exists.where]
     params = [*asked, pk] if also is None else [*asked, pk, also[1]]
-    with prepared_cursor() as cursor:
-        cursor.execute(
-            _locked_sql(model, related, head, None if also is None else also[0], exists), params
-        )
-        values = cursor.fetchone()
+    sql = _locked_sql(model, related, head, None if also is None else also[0], exists)
+    values = _read_locked(sql, params)
     if values is None:
         missing = model if also is None else f"{model._meta.object_name} or {also[0]}"
         raise model.DoesNotExist(f"{missing} matching query does not exist.")
     db = current()
     row, at = _loaded_with(model, related, values, db)
-    chain = chain_version = answer = None
+    chain = None
     if head:
-        chain, chain_version, at = values[at] or "", values[at + 1], at + 2
+        chain, at = values[at] or "", at + 1
     if exists is not None:
-        answer, at = values[at], at + 1
+        setattr(row, exists.name, values[at])
+        at += 1
     other = None if also is None else load(also[0], values[at : at + width(also[0])], db)
-    if chain_version is not None and chain_version != row.version:
-        # The lock waited for a step that committed meanwhile: the row is as that step left
-        # it, but the statement's subqueries read from before it (READ COMMITTED). Each step
-        # records the event of the version it makes, so the last event is not the row's: read
-        # the head and the answer again, now, under the lock.
-        chain = chain_head(pk) or ""
-        answer = None if exists is None else exists.answer(pk)
-    if exists is not None:
-        setattr(row, exists.name, answer)
     return row, chain, other
+
+
+def _read_locked(sql: str, params: list[Any]) -> Any:
+    """The row of :func:`_locked_sql`, read again when what it read is older than the row it
+    locked (its last value, :func:`_fresh_sql`) or it read none (a joined row's key changed).
+    The first read waits for the lock and takes it (PostgreSQL keeps the lock of a row that a
+    recheck then left out), so the second cannot wait and reads it all as now committed. A row
+    that is not there is looked for once more: a statement more on a path that raises."""
+    with prepared_cursor() as cursor:
+        cursor.execute(sql, params)
+        values = cursor.fetchone()
+        if values is None or not values[-1]:
+            cursor.execute(sql, params)
+            values = cursor.fetchone()
+    return values
 
 
 def _locked_by_orm(
@@ -413,11 +427,24 @@ def _locked_by_orm(
     exists: Exists | None,
 ) -> tuple[Any, Any, Any]:
     """:func:`_locked` through the ORM (other databases, or a related path it does not write
-    out): the head is not read (None)."""
+    out): the head is not read (None). On PostgreSQL, read again as :func:`_read_locked` does
+    while the read is older than the row it locked."""
     rows = model._default_manager.select_for_update(of=("self",)).select_related(*related)
     if exists is not None:
         rows = rows.annotate(**exists.annotation())
-    return rows.get(pk=pk), None, (None if also is None else locked(*also))
+    row = _get_locked(model, rows, pk) if connection.vendor == "postgresql" else rows.get(pk=pk)
+    return row, None, (None if also is None else locked(*also))
+
+
+def _get_locked(model: Any, rows: Any, pk: Any) -> Any:
+    table = f'"{model._meta.db_table}"'  # the ORM's alias of the queried table
+    fresh = models.expressions.RawSQL(_fresh_sql(model, table), ())  # noqa: S611 - metadata
+    rows = rows.annotate(hf_fresh=fresh)
+    row = rows.filter(pk=pk).first()
+    if row is None or not row.hf_fresh:
+        row = rows.get(pk=pk)
+    del row.hf_fresh
+    return row
 
 
 def _loaded_with(model: Any, related: tuple[str, ...], values: Any, db: Any) -> tuple[Any, int]:

@@ -591,6 +591,10 @@ def staff_set_away(*, user, away_until: dt.date | None, actor: Actor) -> None:
         owned = Case.objects.open().filter(owner=user, backup__isnull=False)
         for pk in owned.values_list("pk", flat=True):
             case = lock_case(pk)
+            if case.owner_id != user.pk or case.backup_id is None or case.is_terminal:
+                # Handed over, left without a backup or closed since the list was read: the
+                # hand-over is not this person's to record here.
+                continue
             if profile.is_away():
                 reason = (
                     f"Responsibility passes to {_full_name(case.backup)}, the named backup, "
