@@ -242,6 +242,11 @@ def case_open(
         raise _open_case_exists(open_case)
     try:
         with transaction.atomic():
+            # Decided on the account under its lock, as its verification and its loss of
+            # access change it (``account_lock``): each then waits for this intake and finds
+            # its case, or this intake waits and reads what it left. The caller's copy may be
+            # from before either, and neither would have found a case it did not see.
+            account = account_lock(account)
             # The team's own prefix and counter (cases.references).
             number, reference = case_number_next(team)
             case = Case(
