@@ -198,12 +198,20 @@ class LockedOrder:
 
 def _lock_order(order_id: str) -> LockedOrder:
     """The order row, locked until the transaction ends, with its account's access."""
-    statement = sql.LOCK_SQL + (
-        sql.LOCK_CLAUSE if connection.features.has_select_for_update_of else ""
-    )
     with connection.cursor() as cursor:
-        cursor.execute(statement, [order_id])
-        row = cursor.fetchone()
+        if connection.features.has_select_for_update_of:
+            # Read again when the first read waited for the lock (``sql.LOCK_FRESH_SQL``) or
+            # found nothing (an order whose account changed meanwhile is not joined): the
+            # second read holds the lock, so it cannot wait and reads what is committed now.
+            cursor.execute(sql.LOCK_FRESH_SQL, [order_id])
+            row = cursor.fetchone()
+            if row is None or not row[-1]:
+                cursor.execute(sql.LOCK_FRESH_SQL, [order_id])
+                row = cursor.fetchone()
+            row = None if row is None else row[:-1]
+        else:
+            cursor.execute(sql.LOCK_SQL, [order_id])
+            row = cursor.fetchone()
     if row is None:
         raise _unknown_order(order_id)
     oid, account_id, status, delivery_date, address, extra, version, fence_token, active = row

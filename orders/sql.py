@@ -32,6 +32,19 @@ LOCK_SQL = (
 # ``select_for_update(of=("self",))``: PostgreSQL locks the order row only; SQLite has no row
 # locks (its IMMEDIATE transactions serialise every writer), so the clause is left out there.
 LOCK_CLAUSE = ' FOR UPDATE OF "orders_order"'
+# PostgreSQL: the order's lock also says whether the row it locked is the one its statement's
+# snapshot sees. In READ COMMITTED a lock that waited for another write returns the order as
+# that write left it, but the account joined to it as it was before the wait (a loss of access
+# committed meanwhile unseen): a row locked since the snapshot is read again, holding the lock.
+LOCK_FRESH_SQL = (
+    LOCK_SQL.replace(
+        ' FROM "orders_order"',
+        ', (SELECT v.xmin FROM "orders_order" v WHERE v."order_id" = "orders_order"."order_id")'
+        ' = "orders_order".xmin FROM "orders_order"',
+        1,
+    )
+    + LOCK_CLAUSE
+)
 APPLIED_SQL = (
     'SELECT "body_hash", "result" FROM "orders_appliedoperation" WHERE "operation_key" = %s'
 )

@@ -190,3 +190,58 @@ def test_every_kind_racing_on_one_order_version_applies_exactly_once():
     assert Counter(results) == {(201, "applied"): 1, (409, "version_conflict"): WORKERS - 1}
     assert Order.objects.get(pk=ORDER_ID).version == 2
     assert AppliedOperation.objects.count() == OutboxEvent.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_apply_that_waited_for_the_order_judges_the_access_the_customer_has_then():
+    """The order's lock reads the account's access in the same statement: an apply that waited
+    for another write's lock got the order as that write left it but the account from before
+    the wait, so a loss of access committed meanwhile went unseen (201 applied; an apply that
+    did not wait is refused). It is judged when it can apply, as the grant's expiry is."""
+    from orders.models import Account
+    from orders.services import account_set_access
+    from tests.orders.helpers import ACCOUNT_ID, address_change
+
+    seed_rows()
+    first = operation_body(operation_key="DATE-1-1", delivery_date=FREE_DATE, expected_version=1)
+    second = operation_body(
+        operation_key="ADDR-1-1", change=address_change(), expected_version=2, fencing_token=8
+    )
+    answers: list[object] = []
+    waiting = threading.Event()
+
+    def apply_second() -> None:
+        try:
+            waiting.set()
+            answers.append(_submit(second))
+        except BaseException as error:  # noqa: BLE001 - reported by the main thread
+            answers.append(error)
+        finally:
+            connections.close_all()
+
+    def revoke() -> None:
+        try:
+            account_set_access(account_id=ACCOUNT_ID, active=False)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=apply_second)
+    most_waiting = 0
+    with transaction.atomic():
+        assert _submit(first) == (201, "applied")  # holds the order's lock until it commits
+        thread.start()
+        assert waiting.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while not most_waiting and time.monotonic() < deadline:
+            most_waiting = _waiting_on_locks()
+            time.sleep(0.01)
+        other = threading.Thread(target=revoke)  # commits at once: it locks no order
+        other.start()
+        other.join(timeout=10)
+    thread.join(timeout=30)
+
+    assert most_waiting == 1, "the second apply never waited for the first one's lock"
+    assert not Account.objects.get(pk=ACCOUNT_ID).access_active
+    assert answers == [(403, "permission_revoked")]
+    assert list(AppliedOperation.objects.values_list("operation_key", flat=True)) == ["DATE-1-1"]
+    assert Order.objects.get(pk=ORDER_ID).version == 2
