@@ -155,6 +155,10 @@ class ProtocolViolation(OrderSystemError):
 
 
 # What a failed call means, in words for the pages (keyed by the client's error code).
+# Not the receiver's code: the client's, for a read of an order older than a version the case
+# already knows (``reconciliation.sources``).
+OLDER_VERSION = "older_version"
+
 PLAIN_FAILURE = {
     "connect_failed": "could not be reached",
     "no_answer": "did not answer",
@@ -165,6 +169,7 @@ PLAIN_FAILURE = {
     "undecodable_answer": "answered in a way that does not follow the contract",
     "unexpected_status": "answered in a way that does not follow the contract",
     "permission_revoked": "refused access to the order",
+    OLDER_VERSION: "answered with an older version of the order than the case already knows",
 }
 
 

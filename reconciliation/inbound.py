@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Max, Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from approvals.services import proposal_invalidate_for_source_change
@@ -51,6 +51,7 @@ from cases.services import evidence_add
 from reconciliation.client import OrderSystemClient
 from reconciliation.exceptions import OrderSystemError
 from reconciliation.models import InboundEvent
+from reconciliation.sources import known_order_version
 
 logger = logging.getLogger(__name__)
 
@@ -307,13 +308,6 @@ def _apply_event(event: InboundEvent, account: str | None) -> str:
     return "\n".join(_apply_to_case(case_id, event, actor) for case_id in case_ids)
 
 
-def _known_version(case: Case) -> int | None:
-    """The newest order version the case has seen: its last check or any of its evidence."""
-    newest = case.evidence.aggregate(newest=Max("order_version"))["newest"]
-    known = [v for v in (case.last_checked_order_version, newest) if v is not None]
-    return max(known) if known else None
-
-
 def _apply_to_case(case_id: int, event: InboundEvent, actor: Worker) -> str:
     case = lock_case(case_id)
     version = event.order_version
@@ -330,7 +324,7 @@ def _apply_to_case(case_id: int, event: InboundEvent, actor: Worker) -> str:
     )
     if own is not None:
         return f"{label}: version {version} is Holdfast's own change ({own.key}); recorded only."
-    known = _known_version(case)
+    known = known_order_version(case)
     if known is not None and version <= known:
         return (
             f"{label}: stale, version {version} is not newer than version {known} already "

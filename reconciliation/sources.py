@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from django.db.models import Max
 from django.utils import timezone
 
 from cases import validation
@@ -24,6 +25,7 @@ from cases.scheduling import enqueue_on_commit
 from cases.services import evidence_add
 from reconciliation.client import Order, OrderSystemClient
 from reconciliation.exceptions import (
+    OLDER_VERSION,
     PLAIN_FAILURE,
     OrderSystemError,
     UnknownOrder,
@@ -70,6 +72,20 @@ def source_check(*, case_id: int, client: OrderSystemClient | None = None) -> st
                 validation.not_the_accounts_order(case.order_id, case.account.reference),
             )
         if case.status == Status.WAITING_SOURCE:
+            known = known_order_version(case)
+            if known is not None and order.version < known:
+                # Read before an order event the case recorded meanwhile (an event that
+                # invalidated its proposal queues a check; one already under way answers
+                # late): a proposal on it would be refused at the apply, after a person
+                # approved it. A failed check: the case keeps waiting, and one that only
+                # ever reads an older order (the source went back) reaches its owner.
+                return _failed_check(
+                    case,
+                    actor,
+                    OrderSystemError(
+                        OLDER_VERSION, f"version {order.version}, the case knows {known}"
+                    ),
+                )
             kind = case.change_kind
             seen = kind.seen(order)
             evidence_add(
@@ -107,6 +123,13 @@ def source_check(*, case_id: int, client: OrderSystemClient | None = None) -> st
         ):
             return "invalidated"
         return "unchanged"
+
+
+def known_order_version(case: Case) -> int | None:
+    """The newest order version the case has seen: its last check or any of its evidence."""
+    newest = case.evidence.aggregate(newest=Max("order_version"))["newest"]
+    known = [v for v in (case.last_checked_order_version, newest) if v is not None]
+    return max(known) if known else None
 
 
 def order_summary(order: Order, seen_words: str) -> str:
@@ -151,25 +174,30 @@ def _source_unavailable(case_id: int, actor: Actor, exc: OrderSystemError) -> st
     with case_step(case_id, actor=actor) as case:
         if case.status != Status.WAITING_SOURCE:
             return "skipped"
-        code = literal(exc.error)
-        outcome = transient_failure_record(
-            case=case,
-            kind="source_check",
-            error=lambda failures: source_failure_text(exc, failures, timezone.now()),
-            actor=actor,
-            retry_after=getattr(exc, "retry_after", None),
-            detail=lambda failures: {"error": exc.error, "failed_checks": failures},
-            retry=Words(
-                reason=f"The order system {literal(plain_failure(exc))} ({code}); "
-                "next check {next_time}",
-                waiting=f"The order system {literal(plain_failure(exc))} "
-                "({failures} of {limit} checks); checking again later",
-            ),
-            give_up=Words(
-                reason="The order source could not be read: {error}",
-                waiting="The order source failed {failures} checks in a row: "
-                "check the source now once it is back",
-            ),
-            retry_event=Action.SOURCE_CHECK_FAILED,
-        )
+        return _failed_check(case, actor, exc)
+
+
+def _failed_check(case: Case, actor: Actor, exc: OrderSystemError) -> str:
+    """:func:`_source_unavailable` for the case locked, waiting for the source."""
+    code = literal(exc.error)
+    outcome = transient_failure_record(
+        case=case,
+        kind="source_check",
+        error=lambda failures: source_failure_text(exc, failures, timezone.now()),
+        actor=actor,
+        retry_after=getattr(exc, "retry_after", None),
+        detail=lambda failures: {"error": exc.error, "failed_checks": failures},
+        retry=Words(
+            reason=f"The order system {literal(plain_failure(exc))} ({code}); "
+            "next check {next_time}",
+            waiting=f"The order system {literal(plain_failure(exc))} "
+            "({failures} of {limit} checks); checking again later",
+        ),
+        give_up=Words(
+            reason="The order source could not be read: {error}",
+            waiting="The order source failed {failures} checks in a row: "
+            "check the source now once it is back",
+        ),
+        retry_event=Action.SOURCE_CHECK_FAILED,
+    )
     return outcome.code

@@ -24,6 +24,7 @@ from django.utils import timezone
 from approvals.models import Approval, Operation, Proposal
 from approvals.services import live_approval, proposal_approve, proposal_prepare
 from cases import kinds
+from cases.codes import Action
 from cases.kernel import SYSTEM, apply_transition, lock_case
 from cases.models import Case, CaseEvent, EvidenceReference, Status
 from reconciliation import inbound
@@ -417,6 +418,36 @@ def test_newer_order_version_invalidates_open_proposal_and_approval(deliver, rea
     assert event.processing == "processed"
     assert "invalidated" in event.outcome
     assert enqueued == [("reconciliation.tasks.source_check", case.pk)]
+
+
+def test_a_read_older_than_the_event_that_invalidated_the_proposal_is_a_failed_check(
+    deliver, ready_case, enqueued
+):
+    """The event queues a source check, and a check already under way answers late with the
+    version before it. Before, that read was recorded: a proposal on version 1 went to an
+    approver, and the apply was refused as a version conflict after they approved it."""
+    case, _, _ = ready_case()
+    deliver(event_bytes("evt-1", 2))
+    enqueued.clear()
+
+    with mock_source(version=1) as client:
+        late = source_check(case_id=case.pk, client=client)
+
+    case = reload(case)
+    assert late == "retry_scheduled"
+    assert case.status == Status.WAITING_SOURCE
+    assert case.last_checked_order_version == 1  # the check before the event's, not this one
+    assert "older version of the order than the case already knows" in case.last_error
+    assert "older_version: version 1, the case knows 2" in case.last_error
+    assert case.events.order_by("-id").first().action == Action.SOURCE_CHECK_FAILED
+    assert EvidenceReference.objects.filter(case=case, kind="order_read").count() == 1
+    assert enqueued == []
+
+    with mock_source(version=2) as client:
+        assert source_check(case_id=case.pk, client=client) == "checked"
+    case = reload(case)
+    assert (case.status, case.last_checked_order_version) == (Status.PREPARING_PROPOSAL, 2)
+    assert case.last_error == ""
 
 
 @pytest.mark.order_system
