@@ -819,6 +819,8 @@ def _notify(attempt: Attempt, worker: Worker, plan: Notify | None) -> str:
         except StaleAttempt:
             return "stale: stopped before doing anything more"
         with case_step(attempt.case_id, actor=worker, related=WORKER_RELATED) as case:
+            if not _still_to_notify(attempt):
+                return "nothing to notify"
             attempt.case = case
             plan = _notify_begin(case, attempt, worker)
     if plan is Notify.UNCERTAIN:
@@ -854,6 +856,16 @@ def _notify(attempt: Attempt, worker: Worker, plan: Notify | None) -> str:
         case, head = lock_case_at_head(case.pk, WORKER_RELATED, exists=CANCELLATION_PENDING)
         with writes_batched(case, head=head):
             return _notified_locked(case, attempt, worker, plan)
+
+
+def _still_to_notify(attempt: Attempt) -> bool:
+    """Under the case lock: whether the attempt still runs and its notification step is not
+    done, read now. What the caller read before the lock may be from before another run of
+    the same step (a task delivered twice) confirmed it and closed the case, whose send would
+    then look begun and never confirmed: a question for a person about a mail that went."""
+    return Attempt.objects.filter(
+        pk=attempt.pk, state__in=Attempt.ACTIVE, operation__notified_at__isnull=True
+    ).exists()
 
 
 def notify_case(*, case_id: int, worker: Worker | None = None) -> str:

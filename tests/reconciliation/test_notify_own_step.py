@@ -22,10 +22,13 @@ import signal
 
 import pytest
 from django.core import mail
+from django.db import transaction
 
 from approvals.models import Operation
+from cases.kernel import lock_case
 from cases.models import Attempt, Case, Status
 from reconciliation.apply import apply_case, notify_case
+from tests.support.lock_waits import Waiter
 from tests.support.order_system import DEFAULT_GRANT_KEY
 from tests.support.proc_worker import Proc, wait_for
 
@@ -138,3 +141,31 @@ def test_the_apply_queues_the_notification_and_its_task_notifies_once(
     assert case.status == Status.DONE
     assert len(mail.outbox) == 1
     assert Attempt.objects.get(case=case).state == Attempt.State.SUCCEEDED
+
+
+@pytest.mark.order_system
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_second_notification_task_that_waited_for_the_first_asks_nobody_anything(
+    approved_case, live_orders, django_capture_on_commit_callbacks
+):
+    """django-q2 delivers a task at least once: a second run of the notification read its
+    attempt before the first confirmed the step, then waited for the case while the first
+    notified and closed it. Before, it took the first's send for one that may have gone and
+    left a question for a person on the done case ("may already have gone")."""
+    case = approved_case()
+    with django_capture_on_commit_callbacks(execute=False):
+        apply_case(case_id=case.pk, notify_later=True)
+
+    with transaction.atomic():
+        lock_case(case.pk)
+        second = Waiter(lambda found: found.update(outcome=notify_case(case_id=case.pk)))
+        assert second.waits(), "the second run never waited for the case"
+        first = notify_case(case_id=case.pk)
+
+    found = second.join()
+    assert (first, found) == ("done", {"outcome": "nothing to notify"})
+    case.refresh_from_db()
+    assert case.status == Status.DONE
+    assert case.outstanding_question == ""
+    assert len(mail.outbox) == 1
