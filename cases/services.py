@@ -247,6 +247,11 @@ def case_open(
             # its case, or this intake waits and reads what it left. The caller's copy may be
             # from before either, and neither would have found a case it did not see.
             account = account_lock(account)
+            if not account.access_active:
+                # Admission of new work takes the lock the loss of access takes: once it
+                # came first, the request is refused and nothing is written (DESIGN,
+                # "Revoking a context").
+                raise _no_access(account)
             # The team's own prefix and counter (cases.references).
             number, reference = case_number_next(team)
             case = Case(
@@ -302,6 +307,13 @@ def case_open(
             raise
         raise _open_case_exists(open_case) from None
     return case, True
+
+
+def _no_access(account: CustomerAccount) -> InvalidCaseInput:
+    revoked = account.access_revoked_at
+    when = "" if revoked is None else f" on {timezone.localtime(revoked):%Y-%m-%d}"
+    why = f"{account.reference} lost access{when}: no new request is taken for it."
+    return InvalidCaseInput(why, fields={"account": [why]})
 
 
 def _default_backup_id(team: Team) -> int | None:

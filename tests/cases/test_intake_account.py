@@ -16,11 +16,17 @@ from django.db import transaction
 from django.utils import timezone
 
 import cases.services as services
+from cases.exceptions import InvalidCaseInput
 from cases.kernel import SYSTEM
 from cases.models import Case, CustomerAccount, Status
 from reconciliation.revocation import account_revoke_access
 from tests.support.fixtures import date_change
 from tests.support.lock_waits import Waiter
+
+
+def change_of(change: dict) -> dict:
+    """The API's intake fields of ``change``: its kind, and the change itself."""
+    return {"kind": change["kind"], "change": change}
 
 
 def _open(account, key="r-1"):
@@ -55,14 +61,43 @@ def test_a_case_opened_with_a_copy_from_before_the_verification_starts(unverifie
 
 
 @pytest.mark.django_db
-def test_a_case_opened_with_a_copy_from_before_the_loss_of_access_does_not_start(account, lead):
+def test_a_request_with_a_copy_from_before_the_loss_of_access_is_refused(account, lead):
+    """The loss of access came first: the request is refused, beside the account, and nothing
+    is written. Before, a case opened (and, with the caller's copy, started to read the order)
+    for a customer without access, and nothing ever revoked it."""
     copy = CustomerAccount.objects.get(pk=account.pk)
     account_revoke_access(account=account, actor=lead, reason="Contract ended")
+    cases_before = Case.objects.count()
 
-    case = _open(copy)
+    with pytest.raises(InvalidCaseInput) as refused:
+        _open(copy)
 
-    assert case.status == Status.NEW
-    assert case.next_check_at is None
+    today = timezone.localdate().isoformat()
+    assert refused.value.extra["fields"] == {
+        "account": [f"ACC-100 lost access on {today}: no new request is taken for it."]
+    }
+    assert Case.objects.count() == cases_before
+
+
+@pytest.mark.django_db
+def test_the_api_refuses_a_request_for_an_account_without_access(account, lead, agent):
+    from rest_framework.test import APIClient
+
+    account_revoke_access(account=account, actor=lead, reason="Contract ended")
+    client = APIClient()
+    client.force_authenticate(agent)
+    change = date_change(timezone.localdate() + dt.timedelta(days=7))
+
+    response = client.post(
+        "/api/cases/",
+        {"account": "ACC-100", "request_key": "r-9", "order_id": "ORD-7731", **change_of(change)},
+        format="json",
+    )
+
+    assert response.status_code == 400, response.json()
+    assert response.json()["error"] == "invalid"
+    assert "lost access" in response.json()["fields"]["account"][0]
+    assert not Case.objects.filter(request_key="r-9").exists()
 
 
 def _during_intake(monkeypatch, body) -> dict[str, Waiter]:
