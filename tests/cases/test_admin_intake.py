@@ -236,3 +236,27 @@ def test_an_account_of_another_team_cannot_be_chosen(as_user, account, other_acc
     body = page.content.decode()
     assert "Select a valid choice" in body
     assert 'name="change-request_key"' not in body
+
+
+@pytest.mark.order_system
+def test_a_request_for_a_customer_who_lost_access_is_refused_beside_the_account(
+    as_user, live_orders, account, agent, lead
+):
+    """The agent had the form open when the lead revoked the customer's access: the request
+    is refused beside the account, what was typed stays, and no case opens."""
+    from reconciliation.revocation import account_revoke_access
+
+    client = as_user(agent)
+    key = _request_key(_choose(client, account, "ORD-7731", "shipping_address"))
+    account_revoke_access(account=account, actor=lead, reason="Contract ended")
+
+    page = client.post(
+        _url(account, "ORD-7731", "shipping_address"), {**ADDRESS, "change-request_key": key}
+    )
+
+    body = page.content.decode()
+    assert page.status_code == 200
+    assert "ACC-100 lost access on" in body
+    assert "no new request is taken for it." in body
+    assert "New office from Monday." in body  # nothing typed is lost
+    assert Case.objects.count() == 0
