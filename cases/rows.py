@@ -427,8 +427,8 @@ def _locked_by_orm(
     exists: Exists | None,
 ) -> tuple[Any, Any, Any]:
     """:func:`_locked` through the ORM (other databases, or a related path it does not write
-    out): the head is not read (None). On PostgreSQL, read again as :func:`_read_locked` does
-    while the read is older than the row it locked."""
+    out): the head is not read (None). On PostgreSQL, read once more as :func:`_read_locked`
+    does when the read is older than the row it locked (:func:`_get_locked`)."""
     rows = model._default_manager.select_for_update(of=("self",)).select_related(*related)
     if exists is not None:
         rows = rows.annotate(**exists.annotation())
@@ -437,6 +437,8 @@ def _locked_by_orm(
 
 
 def _get_locked(model: Any, rows: Any, pk: Any) -> Any:
+    """``rows.get(pk=pk)``, with the read's freshness (:func:`_fresh_sql`) asked as an
+    annotation: a stale read or none is made once more, holding the lock."""
     table = f'"{model._meta.db_table}"'  # the ORM's alias of the queried table
     fresh = models.expressions.RawSQL(_fresh_sql(model, table), ())  # noqa: S611 - metadata
     rows = rows.annotate(hf_fresh=fresh)
@@ -670,13 +672,12 @@ def _update_written(
 
 
 @functools.cache
-def _chain_head_sql(column: str = "hash") -> str:
-    """The last audit event's ``column`` (its hash: the chain's head; its version: the case's
-    version when no step committed since the statement's snapshot)."""
+def _chain_head_sql() -> str:
+    """The hash of the case's last audit event: the chain's head."""
     from cases.models import CaseEvent
 
     return (
-        f'SELECT "{column}" FROM "{CaseEvent._meta.db_table}" '  # noqa: S608 - model metadata
+        f'SELECT "hash" FROM "{CaseEvent._meta.db_table}" '  # noqa: S608 - model metadata
         'WHERE "case_id" = %s ORDER BY "id" DESC LIMIT 1'
     )
 
