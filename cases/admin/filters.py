@@ -88,11 +88,20 @@ class PrintableBooleanFilter(_PrintableFieldFilterMixin, admin.BooleanFieldListF
 
 class _TeamMemberFilter(admin.SimpleListFilter):
     def lookups(self, request: Any, model_admin: Any) -> list[tuple[Any, str]]:
-        # Staff only: nobody else can own, back up or answer a case (``selectors.case_workers``).
-        users = User.objects.filter(
-            holdfast_teams__in=selectors.teams_for(request.user), is_staff=True
-        )
-        return [(u.pk, u.get_username()) for u in users.distinct().order_by("username")]
+        # The case list's three person filters list the same people: read once per request.
+        found = getattr(request, _MEMBERS, None)
+        if found is None:
+            # Staff only: nobody else can own, back up or answer a case
+            # (``selectors.case_workers``).
+            users = User.objects.filter(
+                holdfast_teams__in=selectors.teams_for(request.user), is_staff=True
+            )
+            found = [(u.pk, u.get_username()) for u in users.distinct().order_by("username")]
+            setattr(request, _MEMBERS, found)
+        return list(found)
+
+
+_MEMBERS = "_holdfast_team_members"
 
 
 class OwnerFilter(_TeamMemberFilter):

@@ -80,6 +80,30 @@ def test_case_changelist_query_count_does_not_grow_with_the_rows(as_lead, make_c
     assert many == few
 
 
+def test_the_case_lists_person_filters_read_the_people_once(as_lead, make_case, lead, backup):
+    """Owner, responsible now and "to answer now" list the same people (the team's staff): one
+    query for the three, each still offering every one of them."""
+    make_case()
+    as_lead.get(reverse("admin:cases_case_changelist"))  # warm: sessions, permissions
+    with CaptureQueriesContext(connection) as captured:
+        response = as_lead.get(reverse("admin:cases_case_changelist"))
+    people = [
+        q["sql"]
+        for q in captured.captured_queries
+        if q["sql"].startswith('SELECT DISTINCT "auth_user"')
+    ]
+    filters = {
+        f.parameter_name: f
+        for f in response.context["cl"].filter_specs
+        if hasattr(f, "parameter_name")
+    }
+
+    assert len(people) == 1, people
+    for name in ("owner", "responsible", "answer"):
+        offered = {pk for pk, _ in filters[name].lookup_choices}
+        assert {lead.pk, backup.pk} <= offered, name
+
+
 def test_events_changelist_query_count_does_not_grow_with_the_rows(as_lead, make_case):
     url = reverse("admin:cases_caseevent_changelist")
     for _ in range(3):
