@@ -302,7 +302,7 @@ class CaseAdmin(
     @admin.display(description="status", ordering="status")
     def status_badge(self, case: Case) -> str:
         return format_html(
-            '<span class="hf-status hf-{}">{}</span>', case.status, case.get_status_display()
+            '<span class="hf-status hf-{}">{}</span>', case.status, status_label(case.status)
         )
 
     @admin.display(description="kind", ordering="kind")
