@@ -29,9 +29,8 @@ from typing import Any
 
 from django.contrib.admin.templatetags import admin_list
 from django.contrib.admin.templatetags.admin_urls import add_preserved_filters
-from django.contrib.admin.utils import (  # type: ignore[attr-defined]
+from django.contrib.admin.utils import (
     FieldIsAForeignKeyColumnName,
-    _get_non_gfk_field,
     display_for_field,
     display_for_value,
     lookup_field,
@@ -63,12 +62,24 @@ class _Column:
     nowrap: bool  # a date, time or foreign-key field: always "nowrap"
 
 
+def _field(opts: Any, name: Any) -> models.Field:
+    """The concrete field ``lookup_field`` reads the column's value from, by its rule: not a
+    generic or reverse relation, and not a foreign key named by its column (``account_id``,
+    which it shows as the raw value). Raises as it does when there is none."""
+    field = opts.get_field(name)
+    if field.is_relation and ((field.many_to_one and not field.related_model) or field.one_to_many):
+        raise FieldDoesNotExist(name)
+    if field.is_relation and not field.many_to_many and getattr(field, "attname", None) == name:
+        raise FieldIsAForeignKeyColumnName(name)
+    return field
+
+
 def _way(name: Any, opts: Any, model_admin: Any) -> tuple[str, Any, Any]:
     """How ``lookup_field`` would reach the column's value, as far as it is the same for every
     row: a concrete field, a callable (the column itself, or the admin's method), else left to
     ``lookup_field`` row by row."""
     try:
-        field = _get_non_gfk_field(opts, name)
+        field = _field(opts, name)
     except (FieldDoesNotExist, FieldIsAForeignKeyColumnName):
         if callable(name):
             return _ADMIN, None, name
@@ -76,6 +87,14 @@ def _way(name: Any, opts: Any, model_admin: Any) -> tuple[str, Any, Any]:
             return _ADMIN, None, getattr(model_admin, name)
         return _LOOKUP, None, None
     return _FIELD, field, None
+
+
+def _css_name(name: Any, index: int) -> str:
+    """The column's name in its cells' class (``field-…``), as Django writes it: a callable
+    by its own name, a lambda by its position."""
+    if callable(name):
+        return f"lambda{index}" if name.__name__ == "<lambda>" else name.__name__
+    return str(name)
 
 
 def columns(cl: Any) -> list[_Column]:
@@ -102,7 +121,7 @@ def columns(cl: Any) -> list[_Column]:
                 way=way,
                 field=field,
                 method=method,
-                classes=f"field-{admin_list._coerce_field_name(name, index)}",  # type: ignore[attr-defined]
+                classes=f"field-{_css_name(name, index)}",
                 tag=tag,
                 link=link,
                 nowrap=nowrap,

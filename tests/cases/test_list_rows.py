@@ -134,3 +134,11 @@ def test_a_row_id_that_is_not_a_number_links_as_django_reverses_it(desk):
     assert links(case) == cl.url_for_result(case)
     assert links(text_id) == cl.url_for_result(text_id)
     assert "A_2Fb_5F1" in links(text_id)
+
+
+def test_a_column_given_as_a_callable_is_named_as_django_names_it():
+    def shown(obj):  # pragma: no cover - only named
+        return obj
+
+    for index, name in enumerate(["reference", shown, lambda obj: obj]):
+        assert list_rows._css_name(name, index) == admin_list._coerce_field_name(name, index)
