@@ -455,6 +455,15 @@ Q_LIVENESS_SECONDS = env_float("Q_LIVENESS_SECONDS", Q_CLUSTER["timeout"] + 30.0
 Q_LIVENESS_PROBE_SECONDS = env_float("Q_LIVENESS_PROBE_SECONDS", 10.0, minimum=0.1)
 if Q_LIVENESS_SECONDS and Q_CLUSTER["timeout"] >= Q_LIVENESS_SECONDS:
     raise ImproperlyConfigured("Q_LIVENESS_SECONDS must exceed Q_TIMEOUT (or be 0: off).")
+# The workers give way to people on a shared host (reconciliation.priority): each worker
+# process, and the cluster's own session when the cluster leads it, runs at this nice value
+# (0-19; 0 leaves the priority as it is). Linux shares the CPU between sessions before
+# processes: a cluster in a session of its own (make run, a bench, setsid) took an equal share
+# with the web app's, and the pages people wait on queued behind a draining backlog. The test
+# suite runs workers beside its own runners, not people: 0 there.
+WORKER_CPU_NICE = env_int("WORKER_CPU_NICE", 0 if DJANGO_ENV == "test" else 10, minimum=0)
+if WORKER_CPU_NICE > 19:
+    raise ImproperlyConfigured(f"WORKER_CPU_NICE={WORKER_CPU_NICE}: at most 19 (the lowest).")
 
 # --- Logging -------------------------------------------------------------------------------
 # One line per record on standard error: JSON objects (production's default) or text. Every

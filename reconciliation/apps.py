@@ -14,9 +14,12 @@ class ReconciliationConfig(AppConfig):
             extensions,
         )
         from reconciliation.liveness import task_started
+        from reconciliation.priority import give_way_on_spawn
         from reconciliation.sweep import start_sweeper_on_spawn
 
         post_spawn.connect(start_sweeper_on_spawn, dispatch_uid="holdfast-sweeper")
+        # The workers give way to people on a shared host (``reconciliation.priority``).
+        post_spawn.connect(give_way_on_spawn, dispatch_uid="holdfast-worker-priority")
         # Each task a worker starts is the cluster's beat (manage.py run_cluster's watchdog).
         pre_execute.connect(task_started, dispatch_uid="holdfast-cluster-beat")
         extensions.register()  # its panel on the admin home

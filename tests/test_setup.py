@@ -102,6 +102,17 @@ def test_typo_in_environment_fails_start_up(tmp_path):
     assert "CONN_MAX_AGE='ten' is not an integer" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [("20", "at most 19"), ("-1", "below the minimum"), ("low", "not an integer")],
+)
+def test_a_worker_nice_value_outside_0_to_19_fails_start_up(tmp_path, value, said):
+    result = _manage(_production_env(tmp_path, WORKER_CPU_NICE=value), "check")
+
+    assert result.returncode != 0
+    assert said in result.stderr
+
+
 @pytest.mark.parametrize("value", ["maybe", "2", "ja"])
 def test_env_bool_rejects_values_that_are_not_booleans(monkeypatch, value):
     monkeypatch.setenv("DEBUG", value)
