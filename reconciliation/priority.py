@@ -67,24 +67,21 @@ def _autogroup_nice() -> int | None:
         return None
 
 
-def _lower_autogroup(nice: int) -> bool:
-    """Lower this session's autogroup to ``nice``; whether it is there now. The kernel accepts
-    one change in a while (EAGAIN): the cluster's workers start together, so a refused one looks
-    again and is done when a sibling already did it."""
+def _lower_autogroup(nice: int) -> None:
+    """Lower this session's autogroup to ``nice``. The kernel accepts one change in a while
+    (EAGAIN): the cluster's workers start together, so a refused one looks again and is done
+    when a sibling already did it."""
     for _ in range(5):
         current = _autogroup_nice()
-        if current is None:
-            return False
-        if current >= nice:
-            return True
+        if current is None or current >= nice:
+            return
         try:
             (_PROC / "self" / "autogroup").write_text(str(nice))
         except BlockingIOError:
             time.sleep(0.2)
         except OSError as exc:
             logger.info("The worker cluster's session keeps its CPU priority: %s", exc)
-            return False
-    return (_autogroup_nice() or 0) >= nice
+            return
 
 
 def give_way(nice: int) -> None:

@@ -146,10 +146,7 @@ class _Links:
             )
         except NoReverseMatch:
             return
-        url = add_preserved_filters(
-            {"preserved_filters": cl.preserved_filters, "opts": cl.opts}, url
-        )
-        head, found, tail = url.partition(_MARKER)
+        head, found, tail = self._preserving(url).partition(_MARKER)
         if found and _MARKER not in head:
             self.head, self.tail, self.templated = head, tail, True
 
@@ -159,12 +156,14 @@ class _Links:
         if self.templated and type(pk) is int:
             return f"{self.head}{pk}{self.tail}"
         try:
-            url = self.cl.url_for_result(result)
+            return self._preserving(self.cl.url_for_result(result))
         except NoReverseMatch:
             return None
-        return add_preserved_filters(
-            {"preserved_filters": self.cl.preserved_filters, "opts": self.cl.opts}, url
-        )
+
+    def _preserving(self, url: str) -> str:
+        """``url`` with the page's filters, for the way back to this list."""
+        context = {"preserved_filters": self.cl.preserved_filters, "opts": self.cl.opts}
+        return add_preserved_filters(context, url)
 
 
 def _cell(column: _Column, result: Any, model_admin: Any, empty: str) -> tuple[Any, str]:
