@@ -117,13 +117,15 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
     """Proposals awaiting review for the approver's teams, oldest first."""
 
     change_form_template = "admin/approvals/proposal/change_form.html"
+    # The row's link names the proposal and its case; the exact change follows in words, once
+    # (the proposal's own name repeats it, and broke the queue's first column into a letter
+    # strip beside it on a desktop).
     list_display = [
-        "__str__",
-        "case",
+        "proposal_and_case",
         "change_display",
-        "evidence_order_version",
+        "evidence_version",
         "operation",
-        "prepared_by_label",
+        "preparer",
         "status",
         "submitted_at",
         "expiry_if_approved",
@@ -171,6 +173,22 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    @admin.display(description="proposal", ordering="pk")
+    def proposal_and_case(self, proposal):
+        return f"Proposal #{proposal.pk} for {proposal.case.reference}"
+
+    # Not ``prepared_by``: a model field of that name (the preparing person, empty for a
+    # worker) would be shown instead of this method.
+    @admin.display(description="prepared by", ordering="prepared_by_label")
+    def preparer(self, proposal):
+        return proposal.prepared_by_label
+
+    @admin.display(description="evidence version", ordering="evidence_order_version")
+    def evidence_version(self, proposal):
+        """The order's version the proposal was prepared from (a short heading: the field's
+        own name took a column's width for a one-digit number)."""
+        return proposal.evidence_order_version
 
     @admin.display(description="exact change")
     def change_display(self, proposal):

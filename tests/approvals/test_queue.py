@@ -92,6 +92,26 @@ def test_admin_changelist_defaults_to_the_queue_oldest_first(client, approver, q
     assert f"Proposal #{queue['foreign'].pk} " not in body
 
 
+def test_admin_queue_row_names_the_proposal_and_case_once_and_who_prepared_it(
+    client, approver, queue
+):
+    """Each row: "Proposal #N for D-x" (the link), the exact change once, the evidence version
+    and who prepared it. The first column repeated the exact change; a column named as the
+    model's ``prepared_by`` field would show the field (empty for a worker), not the label."""
+    client.force_login(approver)
+    url = reverse("admin:approvals_proposal_changelist")
+    body = client.get(url, {"status": "awaiting_review"}).content.decode()
+    first = queue["oldest_first"][0]
+    link = reverse("admin:approvals_proposal_change", args=[first.pk])
+    opening = body.index(f'<a href="{link}?')
+    row = body[body.rindex("<tr", 0, opening) : body.index("</tr>", opening)]
+    assert f'<a href="{link}?_changelist_filters=status%3Dawaiting_review">' in row, row
+    assert f"Proposal #{first.pk} for {first.case.reference}</a>" in row, row
+    assert row.count(first.description) == 1, row
+    assert '<td class="field-preparer">agent</td>' in row, row
+    assert '<td class="field-evidence_version">1</td>' in row, row
+
+
 def test_admin_proposal_page_shows_the_exact_change_evidence_preparer_and_default_expiry(
     client, approver, proposal, settings
 ):

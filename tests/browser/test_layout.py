@@ -96,3 +96,63 @@ def test_the_audit_and_record_lists_show_every_column_on_a_desktop(
         box = reasons.nth(index).bounding_box()
         assert box["x"] + box["width"] <= results["x"] + results["width"] + 1, (index, box)
         assert box["width"] >= 100, box  # a readable column, not a letter per line
+
+
+# Every word of a list's cells that the browser laid out on more than one line. A word ends at
+# white space, after a hyphen or a slash, and where the page offers a break (``<wbr>``, which
+# ends a text node): an id may break at its separators, a word never inside itself.
+_WORDS_BROKEN_INSIDE_JS = r"""
+() => {
+  const broken = [];
+  for (const cell of document.querySelectorAll('#result_list td, #result_list th')) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      const word = /[^\s\-\/]+[\-\/]?/g;
+      for (let m = word.exec(node.data); m; m = word.exec(node.data)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const lines = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
+        if (lines.size > 1) broken.push(`${cell.className || cell.tagName}: ${m[0]}`);
+      }
+    }
+  }
+  return [...new Set(broken)];
+}
+"""
+
+_LIST_LINKS_JS = """
+() => [...new Set([...document.querySelectorAll('#nav-sidebar a')]
+  .map((a) => a.getAttribute('href'))
+  .filter((href) => href && href.startsWith('/admin/') && !href.endsWith('/add/')))]
+"""
+
+
+def test_no_list_breaks_a_word_inside_on_a_desktop(
+    open_page, held_case, reviewable_case, make_case, autonomous
+):
+    """On a 1280px desktop beside the navigation and the filters, every list the lead and the
+    approver can open keeps its words whole: the case list's status read "Awaiti / ng review",
+    the approver queue's first column "Decemb / er" and "becom / es" (the proposal's name
+    repeated its exact change in a letter strip), the order system profiles' "Autonomo / us".
+    A list wider than its region scrolls sideways inside it instead (Django's own way)."""
+    held_case()
+    reviewable_case()
+    make_case()
+    problems: list[str] = []
+    for username in ("lead", "approver"):
+        page = open_page(DESKTOP)
+        login(page, username)
+        page.goto("/admin/cases/case/")  # the navigation beside a list (the home page has none)
+        lists = page.evaluate(_LIST_LINKS_JS)
+        assert "/admin/cases/case/" in lists, lists
+        for url in lists:
+            page.goto(url)
+            page.wait_for_load_state()
+            if not page.locator("#result_list").count():
+                continue
+            problems.extend(
+                f"[{username}] {url}: {w}" for w in page.evaluate(_WORDS_BROKEN_INSIDE_JS)
+            )
+        shot(page, f"words-whole-{username}")
+    assert not problems, "Words broken inside:\n" + "\n".join(problems)
