@@ -209,6 +209,7 @@ def inbound_event_process(*, event_id: str, client: OrderSystemClient | None = N
                     "outcome",
                     "account_reference",
                     "account",
+                    "account_team",
                 ]
             )
             return Processing.PROCESSED
@@ -266,18 +267,19 @@ def _record_failure(event_id: str, exc: Exception, account: str | None = None) -
                 "outcome",
                 "account_reference",
                 "account",
+                "account_team",
             ]
         )
         return Processing.FAILED
 
 
 def _set_account(event: InboundEvent, reference: str) -> None:
-    """The reported account reference, and our account of it (none when we have no such
-    account): who may see the event is decided by the account (``inbound_events_for``)."""
+    """The reported account reference, and our account of it with its team (none when we have
+    no such account): who may see the event is decided by them (``inbound_events_for``)."""
     event.account_reference = reference
-    event.account_id = (
-        CustomerAccount.objects.filter(reference=reference).values_list("pk", flat=True).first()
-    )
+    event.account_id, event.account_team_id = CustomerAccount.objects.filter(
+        reference=reference
+    ).values_list("pk", "team_id").first() or (None, None)
 
 
 def _apply_event(event: InboundEvent, account: str | None) -> str:

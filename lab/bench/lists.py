@@ -281,7 +281,7 @@ def seed_sql(size: int, *, prefix: str, history: int = HISTORY_CASES) -> list[st
         INSERT INTO reconciliation_inboundevent (
             id, event_id, type, order_id, order_version, occurred_at, body, received_at,
             deliveries, last_received_at, processing, attempts, last_error, processed_at,
-            next_attempt_at, outcome, account_reference, account_id
+            next_attempt_at, outcome, account_reference, account_id, account_team_id
         )
         SELECT c.id, 'evt-' || md5('inbound-' || c.id), 'order.updated', c.order_id, 2,
                c.updated_at, '{}'::jsonb, c.updated_at, 1, c.updated_at,
@@ -289,7 +289,7 @@ def seed_sql(size: int, *, prefix: str, history: int = HISTORY_CASES) -> list[st
                CASE WHEN c.id % 50 = 0 THEN 'The order system did not answer' ELSE '' END,
                CASE WHEN c.id % 50 <> 0 THEN c.updated_at END,
                CASE WHEN c.id % 50 = 0 THEN now() + interval '5 minutes' END, '', a.reference,
-               a.id
+               a.id, a.team_id
         FROM cases_case c JOIN cases_customeraccount a ON a.id = c.account_id
         """,
         f"""

@@ -368,6 +368,7 @@ def test_duplicate_delivery_is_stored_once_and_processed_once(deliver, make_case
     }
     event = InboundEvent.objects.get()
     assert (event.deliveries, event.attempts, event.processing) == (2, 1, "processed")
+    assert (event.account, event.account_team) == (case.account, case.team)
     assert enqueued == []  # a duplicate of a processed event queues nothing
     assert event_evidence(case).count() == 1
     assert reload(case).version == case_version
@@ -746,7 +747,13 @@ def test_real_order_system_delivers_a_signed_event_that_is_stored_and_processed(
         assert event.processing == "pending"
         # Processing reads the order's account from the order system, so it runs while it is up.
         assert process_event(event.pk) == "processed"
-    assert InboundEvent.objects.get().account_reference == "ACC-100"
+    stored = InboundEvent.objects.get()
+    # The order's account as the order system gave it, ours, and its team (who may see it).
+    assert (stored.account_reference, stored.account, stored.account_team) == (
+        "ACC-100",
+        case.account,
+        case.team,
+    )
     evidence = event_evidence(case).get()
     assert evidence.order_version == result.order_version
     assert evidence.external_reference == f"event:{event.event_id}"

@@ -27,6 +27,7 @@ def _event(event_id: str, order_id: str, *, account=None, processing="failed") -
         occurred_at=timezone.now(),
         account_reference=account.reference if account else "",
         account=account,
+        account_team=account.team if account else None,
         processing=processing,
         attempts=5,
         last_error="order system unavailable: connection refused",
