@@ -100,16 +100,32 @@ class RejectForm(forms.Form):
 
 
 class StatusFilter(admin.SimpleListFilter):
+    """The proposals by status; the list opens on the approvers' queue (``changelist_view``),
+    so "All" is a value of its own (``status=all``): without the parameter the list would open
+    the queue again, and every proposal at once could never be listed."""
+
     title = "status"
     parameter_name = "status"
+    ALL = "all"
 
     def lookups(self, request, model_admin):
         return Proposal.Status.choices
 
+    def choices(self, changelist):
+        first, *rest = super().choices(changelist)
+        yield {
+            **first,
+            "selected": self.value() == self.ALL,
+            "query_string": changelist.get_query_string({self.parameter_name: self.ALL}),
+        }
+        yield from rest
+
     def queryset(self, request, queryset):
         if self.value() == Proposal.Status.AWAITING_REVIEW:
             return selectors.awaiting_review(queryset)  # the approvers' queue
-        return queryset.filter(status=self.value()) if self.value() else queryset
+        if self.value() in (None, self.ALL):
+            return queryset
+        return queryset.filter(status=self.value())
 
 
 @admin.register(Proposal)
@@ -220,6 +236,7 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
                     ),
                     "order_read_since": not seen_is_evidence,
                     "evidence": selectors.evidence_of(obj),
+                    "up_for_decision": selectors.awaits_decision(obj),
                     "eligible_approvers": selectors.eligible_approvers(obj),
                     "why_not": selectors.why_cannot_decide(obj, request.user),
                     # A refused decision's own form (``_decide``), with what was typed.
@@ -351,10 +368,26 @@ def prepare_view(
         model_admin.message_user(
             request,
             f"Proposal #{proposal.pk} submitted for review as "
-            f"{proposal.operation.key}; another approver must decide it.",
+            f"{proposal.operation.key}; an approver who did not ask for it or prepare it "
+            "decides it.",
             messages.SUCCESS,
         )
     return HttpResponseRedirect(back)
+
+
+def _decision_for(request: HttpRequest, case: Case) -> dict[str, str] | None:
+    """The decision the person viewing the case may make now: its proposal up for decision,
+    when they may decide it (``selectors.why_cannot_decide``), as a link to its page. An
+    approver was told "Nothing for you to do here: it waits on" themselves."""
+    proposal = selectors.awaiting_review(selectors.proposals_for(request.user).filter(case=case))
+    found = proposal.first()
+    if found is None or selectors.why_cannot_decide(found, request.user):
+        return None
+    return {
+        "url": reverse("admin:approvals_proposal_change", args=[found.pk]),
+        "label": f"Decide proposal #{found.pk}",
+        "words": f"decide proposal #{found.pk}: approve or reject the exact change",
+    }
 
 
 def case_page_context(request: HttpRequest, case: Case) -> Mapping[str, Any]:
@@ -366,6 +399,7 @@ def case_page_context(request: HttpRequest, case: Case) -> Mapping[str, Any]:
     current = applied[-1] if applied else (operations[-1][0] if operations else None)
     return {
         "approval": services.live_approval(case) if not case.is_terminal else None,
+        "decision": _decision_for(request, case),
         "operation_keys": [key for key, _ in operations],
         "operation_current": current,
         "operation_applied": bool(applied),

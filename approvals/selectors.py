@@ -23,6 +23,30 @@ def proposals_for(user) -> QuerySet[Proposal]:
     )
 
 
+def awaits_decision(proposal: Proposal, case_status: str | None = None) -> bool:
+    """Whether ``proposal`` is up for a decision now: awaiting review, on a case that awaits
+    review (``case_status``, the locked case's, or the proposal's case as read). The one rule of
+    the queue (:func:`awaiting_review`), the decision page and the service (``_decidable``)."""
+    status = proposal.case.status if case_status is None else case_status
+    return (
+        proposal.status == Proposal.Status.AWAITING_REVIEW and status == CaseStatus.AWAITING_REVIEW
+    )
+
+
+def not_up_for_decision(proposal: Proposal, case_status: str | None = None) -> str:
+    """Why ``proposal`` is not up for a decision now, in plain words; '' when it is."""
+    if proposal.status != Proposal.Status.AWAITING_REVIEW:
+        return f"This proposal is {proposal.get_status_display().lower()}; nothing to decide."
+    if awaits_decision(proposal, case_status):
+        return ""
+    case = proposal.case
+    label = CaseStatus(case.status if case_status is None else case_status).label
+    return (
+        f"Its case {case.reference} is at “{label}”, not awaiting review: nothing to "
+        "decide until the case awaits review again."
+    )
+
+
 def awaiting_review(proposals: QuerySet[Proposal]) -> QuerySet[Proposal]:
     """The ``proposals`` that await a decision: awaiting review, on a case that awaits review.
     A case cancelled or stopped withdraws its proposal with it; rows written before that rule
@@ -95,8 +119,9 @@ def why_cannot_decide(proposal: Proposal, user, *, team_ids: Collection[int] | N
     ``team_ids`` (``cases.kernel.actor_team_ids``) spares a page of rows one membership query
     per row; the answer is the same (``cases.kernel.actor_may``).
     """
-    if proposal.status != Proposal.Status.AWAITING_REVIEW:
-        return f"This proposal is {proposal.get_status_display().lower()}; nothing to decide."
+    not_up = not_up_for_decision(proposal)
+    if not_up:
+        return not_up
     # The role first: someone who may decide nothing is told so, not that they authored it.
     if not actor_may(user, "approvals.approve_proposal", proposal.case, team_ids=team_ids):
         return "Only the team's approvers decide proposals."
@@ -168,7 +193,7 @@ def decision_answers(proposals: Iterable[Proposal], user) -> dict[int, DecisionA
     """
     rows = list(proposals)
     team_ids = actor_team_ids(user) if getattr(user, "is_authenticated", False) else None
-    awaiting = [p for p in rows if p.status == Proposal.Status.AWAITING_REVIEW]
+    awaiting = [p for p in rows if awaits_decision(p)]
     by_team: dict[int, list[User]] = {}
     if awaiting:
         members = (
@@ -189,7 +214,7 @@ def decision_answers(proposals: Iterable[Proposal], user) -> dict[int, DecisionA
                 for person in by_team.get(proposal.case.team_id, [])
                 if _not_an_author(person, proposal)
             ]
-            if proposal.status == Proposal.Status.AWAITING_REVIEW
+            if awaits_decision(proposal)
             else [],
         )
         for proposal in rows

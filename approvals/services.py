@@ -20,7 +20,12 @@ from django.utils import timezone
 
 from approvals.exceptions import ExpiryOutOfBounds, OwnProposal, ProposalNotCurrent
 from approvals.models import Approval, Operation, Proposal, ProposalAuthor
-from approvals.selectors import author_roles_of, own_proposal_reason
+from approvals.selectors import (
+    author_roles_of,
+    awaits_decision,
+    not_up_for_decision,
+    own_proposal_reason,
+)
 from cases import kinds
 from cases.codes import Action
 from cases.exceptions import ActionNotPermitted, InvalidCaseInput, TransitionRejected
@@ -582,10 +587,9 @@ def _decidable(proposal_id: int, actor: Actor) -> tuple[Case, Proposal, User]:
             + "; another approver must decide it.",
             roles=roles,
         )
-    if proposal.status != Proposal.Status.AWAITING_REVIEW or case.status != Status.AWAITING_REVIEW:
+    if not awaits_decision(proposal, case.status):
         raise ProposalNotCurrent(
-            f"Proposal #{proposal.pk} is {proposal.get_status_display().lower()} and the case is "
-            f"{case.get_status_display().lower()}: there is nothing to decide.",
+            f"Proposal #{proposal.pk}: {not_up_for_decision(proposal, case.status)}",
             proposal_status=proposal.status,
         )
     return case, proposal, actor

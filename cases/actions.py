@@ -143,8 +143,8 @@ def action_run(*, case: Case, name: str, actor, expected_version: int, reason: s
         )
     if not actor_may(actor, action.permission, case):
         raise ActionNotPermitted(
-            f"{actor_label(actor)} may not {action.words_for(case)} on {case.reference}: "
-            f"that is for {who_may(action)}."
+            f"{actor_label(actor)} may not use \u201c{action.label_for(case)}\u201d on "
+            f"{case.reference}: that is for {who_may(action)}."
         )
     if not action.available(case):
         raise TransitionRejected(

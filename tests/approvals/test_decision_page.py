@@ -435,3 +435,62 @@ def test_the_case_page_names_the_operation_that_counts_apart_from_earlier_ones(
         "proposal gets a new key); "
         f"earlier: {first_key}</dd>"
     ) in body
+
+
+def test_a_proposal_whose_case_was_escalated_offers_no_decision_anywhere(
+    client, api, approver, agent, proposal
+):
+    """The agent escalated the case while its proposal awaited review: the page offered
+    Approve and Reject and named who may decide, and Approve then answered "… and the case is
+    needs attention: there is nothing to decide". The page, the API's row and the service now
+    say the same thing, in the same words, until the case awaits review again."""
+    from cases.services import case_transition
+
+    case = proposal.case
+    case_transition(
+        case=case,
+        transition="escalate",
+        expected_version=case.version,
+        reason="The customer asks for a person",
+        actor=agent,
+    )
+    why = (
+        f"Its case {case.reference} is at \u201cNeeds attention\u201d, not awaiting review: "
+        "nothing to decide until the case awaits review again."
+    )
+    body = _page(client, approver, proposal)
+    assert "<strong>No decision buttons:</strong> " + why in body, body
+    assert "hf-approve" not in _forms(body)
+    assert 'id="hf-deciders"' not in body  # nobody may decide it now
+    assert "Decide:" not in body
+
+    row = api(approver).get("/api/proposals/", {"case": case.reference}).json()["results"][0]
+    assert (row["may_decide"], row["why_not"], row["deciders"]) == (False, why, [])
+
+    with pytest.raises(services.ProposalNotCurrent) as refused:
+        services.proposal_approve(proposal=reload(proposal), actor=approver)
+    assert str(refused.value) == f"Proposal #{proposal.pk}: {why}"
+    assert not Approval.objects.filter(proposal=proposal).exists()
+
+
+def test_the_case_page_offers_its_decision_to_who_may_decide_it(
+    client, approver, agent, auditor, proposal
+):
+    """The case page named the approver under "Who must answer" and told that approver
+    "Nothing for you to do here: it waits on Ari Approver (approver)", with no way to the
+    decision but a "View" link in the proposal history. Who may decide the proposal now gets
+    a button to its page; who may not (its author, a reader) gets none."""
+    case = proposal.case
+    url = reverse("admin:cases_case_change", args=[case.pk])
+    decide = reverse("admin:approvals_proposal_change", args=[proposal.pk])
+
+    client.force_login(approver)
+    body = client.get(url).content.decode()
+    assert f'<a class="button default" id="hf-decide" href="{decide}">' in body, body
+    assert f"Decide proposal #{proposal.pk}: approve or reject the exact change" in body
+    assert "Nothing for you to do here" not in body
+
+    for other in (agent, auditor):  # the agent opened the case; the auditor only reads
+        client.force_login(other)
+        body = client.get(url).content.decode()
+        assert 'id="hf-decide"' not in body, other

@@ -92,6 +92,20 @@ def test_admin_changelist_defaults_to_the_queue_oldest_first(client, approver, q
     assert f"Proposal #{queue['foreign'].pk} " not in body
 
 
+def test_admin_lists_every_proposal_from_the_filters_all(client, approver, queue):
+    """The status filter's "All" linked to the bare list, which opens the approvers' queue:
+    the approved proposal could be found only under its own status. "All" is ``status=all``."""
+    client.force_login(approver)
+    url = reverse("admin:approvals_proposal_changelist")
+    queue_page = client.get(url, {"status": "awaiting_review"})
+    choices = queue_page.context["cl"].filter_specs[0].choices(queue_page.context["cl"])
+    assert next(choices)["query_string"] == "?status=all"
+    page = client.get(url, {"status": "all"})
+    assert page.status_code == 200
+    listed = {p.pk for p in page.context["cl"].result_list}
+    assert listed == {p.pk for p in queue["oldest_first"]} | {queue["approved"].pk}
+
+
 def test_admin_queue_row_names_the_proposal_and_case_once_and_who_prepared_it(
     client, approver, queue
 ):

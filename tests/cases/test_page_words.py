@@ -165,3 +165,18 @@ def test_every_date_on_a_case_page_is_one_form_with_its_zone(client, lead, case)
 
     assert f"{timezone.localtime(case.created_at):%Y-%m-%d %H:%M} UTC" in html
     assert not re.search(r"\b[ap]\.m\.", html)
+
+
+def test_a_refused_action_is_named_by_its_button(case, auditor):
+    """A reader who tried an action read "auditor may not cancel (nothing has been sent yet) on
+    D-1": the action's long words spliced into the refusal. It names the button instead."""
+    import pytest
+
+    from cases.actions import action_run
+    from cases.exceptions import ActionNotPermitted
+
+    with pytest.raises(ActionNotPermitted) as refused:
+        action_run(case=case, name="cancel", actor=auditor, expected_version=case.version)
+    assert str(refused.value).startswith(
+        f"auditor may not use \u201cCancel the request\u201d on {case.reference}: that is for "
+    ), str(refused.value)
