@@ -104,7 +104,8 @@ def test_the_audit_and_record_lists_show_every_column_on_a_desktop(
 _WORDS_BROKEN_INSIDE_JS = r"""
 () => {
   const broken = [];
-  for (const cell of document.querySelectorAll('#result_list td, #result_list th')) {
+  const cells = '#result_list td, #result_list th, .inline-group td, .inline-group th';
+  for (const cell of document.querySelectorAll(cells)) {
     const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
     for (let node = walker.nextNode(); node; node = walker.nextNode()) {
       const word = /[^\s\-\/]+[\-\/]?/g;
@@ -132,11 +133,12 @@ def test_no_list_breaks_a_word_inside_on_a_desktop(
     open_page, held_case, reviewable_case, make_case, autonomous
 ):
     """On a 1280px desktop beside the navigation and the filters, every list the lead and the
-    approver can open keeps its words whole: the case list's status read "Awaiti / ng review",
+    approver can open, and a held case's tables of proposals, operations and evidence, keep
+    their words whole (the case page read "OPERATIO / N", "order / _read"): the case list's status read "Awaiti / ng review",
     the approver queue's first column "Decemb / er" and "becom / es" (the proposal's name
     repeated its exact change in a letter strip), the order system profiles' "Autonomo / us".
     A list wider than its region scrolls sideways inside it instead (Django's own way)."""
-    held_case()
+    held = held_case()
     reviewable_case()
     make_case()
     problems: list[str] = []
@@ -146,10 +148,11 @@ def test_no_list_breaks_a_word_inside_on_a_desktop(
         page.goto("/admin/cases/case/")  # the navigation beside a list (the home page has none)
         lists = page.evaluate(_LIST_LINKS_JS)
         assert "/admin/cases/case/" in lists, lists
-        for url in lists:
+        # And a held case's page: its proposals, operations and evidence as tables.
+        for url in [*lists, f"/admin/cases/case/{held.pk}/change/"]:
             page.goto(url)
             page.wait_for_load_state()
-            if not page.locator("#result_list").count():
+            if not page.locator("#result_list, .inline-group table").count():
                 continue
             problems.extend(
                 f"[{username}] {url}: {w}" for w in page.evaluate(_WORDS_BROKEN_INSIDE_JS)
