@@ -286,8 +286,12 @@ class Case(FSMModelMixin, models.Model):
 
     # Not indexed alone: ``case_number_per_team`` (team, number) answers every look by team.
     team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="cases", db_index=False)
+    # Indexed with the team (``case_owner_team_idx``, Meta), not on its own.
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="owned_cases"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="owned_cases",
+        db_index=False,
     )
     backup = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -409,6 +413,10 @@ class Case(FSMModelMixin, models.Model):
             # moves a case (0038 dropped them; the names are the ones Django gave).
             models.Index(fields=["status"], name="cases_case_status_95787cb3"),
             models.Index(fields=["waiting_on"], name="cases_case_waiting_on_9b7ec905"),
+            # The lists' filter by owner, within the person's teams: the page's count reads the
+            # index alone (at 1M cases it read 34,548 cases to count 1,001 of one owner; 0039).
+            # It serves every look by owner too, so the owner has no index of its own.
+            models.Index(fields=["owner", "team"], name="case_owner_team_idx"),
             # The desk's search (``icontains``, field by field: ``cases.admin.search``) by case
             # reference, order id and request key: PostgreSQL only (migrations 0012 and 0013
             # build them concurrently; other databases skip them).

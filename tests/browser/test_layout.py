@@ -134,9 +134,10 @@ def test_no_list_breaks_a_word_inside_on_a_desktop(
 ):
     """On a 1280px desktop beside the navigation and the filters, every list the lead and the
     approver can open, and a held case's tables of proposals, operations and evidence, keep
-    their words whole (the case page read "OPERATIO / N", "order / _read"): the case list's status read "Awaiti / ng review",
-    the approver queue's first column "Decemb / er" and "becom / es" (the proposal's name
-    repeated its exact change in a letter strip), the order system profiles' "Autonomo / us".
+    their words whole. The case list's status read "Awaiti / ng review", the approver queue's
+    first column "Decemb / er" and "becom / es" (the proposal's name repeated its exact change
+    in a letter strip), the order system profiles' "Autonomo / us", the case page's tables
+    "OPERATIO / N" and "order / _read".
     A list wider than its region scrolls sideways inside it instead (Django's own way)."""
     held = held_case()
     reviewable_case()

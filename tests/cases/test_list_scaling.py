@@ -554,3 +554,20 @@ def test_a_change_of_team_shows_at_the_next_request(api, lead, make_case):
     case.save(update_fields=["team"])
     ids = [row["reference"] for row in client.get("/api/cases/").json()["results"]]
     assert ids == [case.reference]
+
+
+@pytest.mark.postgres_only
+def test_the_owner_filter_counts_through_the_owner_and_team_index(db, as_bench_lead):
+    """The list filtered by owner counts that owner's cases in the lead's teams through
+    ``case_owner_team_idx``, both conditions in the index. Through the owner's own index each
+    case's team was read in the table, so the planner scanned the table: at 1M cases the count
+    read 34,548 cases to count 1,001 (10.9 ms, against 1.0 ms at 10k; with the index, 1,001
+    index entries and no table: 0.3 ms; cases 0039)."""
+    _seed(20_000, spread=True)
+    page = next(p for p in lists.pages() if p.name == "admin changelist owner")
+    counts = [plan for sql, plan in _plans(as_bench_lead(), page) if sql.startswith("SELECT COUNT")]
+    assert counts, page.name
+    assert "Seq Scan" not in counts[0], counts[0]
+    assert "case_owner_team_idx" in counts[0], counts[0]
+    both = r"Index Cond: \(\(owner_id = \d+\) AND \(team_id = \d+\)\)"
+    assert re.search(both, counts[0]), counts[0]
