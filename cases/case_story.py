@@ -526,7 +526,8 @@ def timeline(events: Sequence[CaseEvent], *, now: dt.datetime | None = None) -> 
         if near:
             local = timezone.localtime(event.created_at)
             same_day = timezone.localtime(now).date() == local.date()
-            shown = f"{local:%H:%M:%S}" if same_day else f"{local:%Y-%m-%d %H:%M:%S}"
+            # With its zone, as every time the desk writes ("16:25:48" stood alone).
+            shown = f"{local:%H:%M:%S %Z}" if same_day else f"{local:%Y-%m-%d %H:%M:%S %Z}"
         else:
             shown = _ago(event.created_at, now)
         entries.append(

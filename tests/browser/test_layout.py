@@ -160,3 +160,29 @@ def test_no_list_breaks_a_word_inside_on_a_desktop(
             )
         shot(page, f"words-whole-{username}")
     assert not problems, "Words broken inside:\n" + "\n".join(problems)
+
+
+def test_a_long_unbroken_note_wraps_inside_the_case_page(open_page, make_case):
+    """A customer's note of one long word (a tracking link, a pasted code) ran off the right
+    edge of the case page and was cut, on a desktop and on a phone; the proposal page wrapped
+    the same note."""
+    word = "https://tracking.example/" + "x" * 400
+    case = make_case(note=f"Please use {word} for the courier.")
+    for viewport in (DESKTOP, PHONE):
+        page = open_page(viewport)
+        login(page, "lead")
+        page.goto(f"/admin/cases/case/{case.pk}/change/")
+        page.wait_for_load_state()
+        shot(page, f"long-note-{viewport['width']}")
+        problems = misfits(page)
+        overflow = page.evaluate(
+            """() => [...document.querySelectorAll('#content *')]
+              .filter((el) => el.textContent.includes('tracking.example')
+                              && el.children.length === 0)
+              .filter((el) => el.getBoundingClientRect().right > window.innerWidth + 1)
+              .map((el) => `${el.tagName}.${el.className} in ${el.parentElement.tagName}.`
+                           + `${el.parentElement.className}: right edge at `
+                           + `${Math.round(el.getBoundingClientRect().right)}px`)"""
+        )
+        assert not problems, (viewport, problems)
+        assert not overflow, (viewport, overflow)

@@ -213,7 +213,7 @@ def test_timeline_tells_an_applied_case_in_words(approved_case, approver):
     # Everything happened within seconds: times to the second, exact time on hover.
     assert re.search(
         r'<time datetime="[^"]+" title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC">'
-        r"\d\d:\d\d:\d\d</time>",
+        r"\d\d:\d\d:\d\d UTC</time>",
         _render("case_timeline", case),
     )
     assert "hf-path--finished" in path
@@ -290,10 +290,10 @@ def test_times_are_to_the_second_near_other_events_otherwise_relative():
 
     assert [e.event.pk for e in entries] == [3, 2, 1]  # newest first
     assert entries[0].shown.replace("\xa0", " ") == "5 minutes ago"
-    assert entries[1].shown == "10:42:07"  # near the one before it
+    assert entries[1].shown == "10:42:07 UTC"  # near the one before it, with its zone
     assert entries[1].exact == "2026-12-01 10:42:07 UTC"
     assert entries[1].iso == "2026-12-01T10:42:07+00:00"
-    assert entries[2].shown == "10:40:12"  # near the one after it
+    assert entries[2].shown == "10:40:12 UTC"  # near the one after it
 
 
 def test_events_more_than_two_minutes_apart_read_as_how_long_ago():
