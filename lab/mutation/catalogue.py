@@ -430,8 +430,7 @@ MUTATIONS: list[Mutation] = [
     Mutation(
         "decide-a-proposal-not-in-review",
         APPROVALS,
-        "    if proposal.status != Proposal.Status.AWAITING_REVIEW or case.status != "
-        "Status.AWAITING_REVIEW:",
+        "    if not awaits_decision(proposal, case.status):",
         "    if False:",
         (T_DECISIONS, "tests/approvals/test_race.py"),
         "a decided or superseded proposal is decided again",

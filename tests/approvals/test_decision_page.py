@@ -468,7 +468,7 @@ def test_a_proposal_whose_case_was_escalated_offers_no_decision_anywhere(
     assert (row["may_decide"], row["why_not"], row["deciders"]) == (False, why, [])
 
     with pytest.raises(services.ProposalNotCurrent) as refused:
-        services.proposal_approve(proposal=reload(proposal), actor=approver)
+        services.proposal_approve(proposal=Proposal.objects.get(pk=proposal.pk), actor=approver)
     assert str(refused.value) == f"Proposal #{proposal.pk}: {why}"
     assert not Approval.objects.filter(proposal=proposal).exists()
 
