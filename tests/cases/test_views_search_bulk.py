@@ -70,6 +70,41 @@ def test_a_lead_saves_the_filters_as_a_view_and_opens_it_from_the_list(client, l
     assert _listed(client, status__exact="held") == {held.reference}
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "owner__password__startswith=pbkdf2",  # a lookup the list does not offer
+        "status__exact=held&team__members__password__regex=.",
+        "status__exact=held&follow_up_at__gte=not-a-time",  # a time the list cannot read
+    ],
+)
+def test_a_view_of_filters_the_case_list_refuses_is_not_saved(client, lead, query):
+    """A hand-made POST saved a view of ``owner__password__startswith=pbkdf2``: it was stored,
+    and answered 400 every time it was opened. Filters the case list would refuse are refused
+    when saved, in words, and nothing is stored."""
+    client.force_login(lead)
+
+    response = client.post(reverse("admin:cases_case_save_view"), {"name": "x", "query": query})
+
+    assert response.status_code == 302
+    assert not SavedView.objects.exists()
+    (text,) = _texts(response)
+    refused = "The view was not saved: the case list does not take these filters ("
+    assert text.startswith(refused), text
+
+
+def test_a_view_of_a_search_sorted_and_filtered_is_saved(client, lead, make_case):
+    """The check above takes what the list takes: a search, a sort and its own filters."""
+    make_case()
+    client.force_login(lead)
+    query = "q=ORD&o=1.-2&overdue=yes&status__exact=new"
+
+    response = client.post(reverse("admin:cases_case_save_view"), {"name": "Mine", "query": query})
+
+    assert response.status_code == 302
+    assert SavedView.objects.get().query == query
+
+
 class _Controls(HTMLParser):
     """The form controls and labels of an HTML fragment, as (tag, attributes, text)."""
 
