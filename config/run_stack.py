@@ -12,9 +12,11 @@ Ports: ``HOLDFAST_PORT`` (8000) and ``ORDER_SYSTEM_PORT`` (8100).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -53,6 +55,36 @@ def _wait_for(url: str, seconds: float = 30) -> bool:
     return False
 
 
+def _taken(host: str, port: int) -> bool:
+    """Something already listens on ``host:port`` (a bind is refused as in use)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return True
+            raise
+    return False
+
+
+def _ports_refused(host: str, ports: dict[str, tuple[str, int]]) -> str | None:
+    """Why the stack cannot start on these ports, or None. Checked before anything is touched:
+    a second ``make run`` beside a running one found the first one's services answering, printed
+    their URLs as its own, emptied their metrics, and stopped when its order system could not
+    bind."""
+    taken = [(name, var, port) for name, (var, port) in ports.items() if _taken(host, port)]
+    if not taken:
+        return None
+    said = "; ".join(f"the {name}'s port {port} ({var})" for name, var, port in taken)
+    return (
+        f"make run cannot start: something already listens on {host} at {said}. Is another "
+        "`make run` still running? Stop it with Ctrl-C in its terminal, or start this one on "
+        "other ports, e.g. HOLDFAST_PORT=8001 ORDER_SYSTEM_PORT=8101 make run. Nothing was "
+        "changed."
+    )
+
+
 def main() -> int:
     if os.environ.get("DJANGO_ENV") == "production":
         print(
@@ -64,6 +96,16 @@ def main() -> int:
     host = "127.0.0.1"
     web_port = int(os.environ.get("HOLDFAST_PORT", "8000"))
     orders_port = int(os.environ.get("ORDER_SYSTEM_PORT", "8100"))
+    refused = _ports_refused(
+        host,
+        {
+            "web app": ("HOLDFAST_PORT", web_port),
+            "order system": ("ORDER_SYSTEM_PORT", orders_port),
+        },
+    )
+    if refused:
+        print(refused, file=sys.stderr)
+        return 2
     holdfast_url = f"http://{host}:{web_port}/"
     orders_url = f"http://{host}:{orders_port}/"
     env = {

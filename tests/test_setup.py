@@ -210,3 +210,50 @@ def test_api_docs_are_served_without_a_cdn(client, django_user_model):
 
     assert "/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js" in page
     assert "cdn.jsdelivr.net" not in page
+
+
+@pytest.mark.parametrize("busy", ["HOLDFAST_PORT", "ORDER_SYSTEM_PORT"])
+def test_make_run_beside_a_running_one_refuses_before_it_touches_anything(tmp_path, busy):
+    """A second ``make run`` while the first still serves: it found the first one's services
+    answering, printed their URLs as its own, emptied their metrics directory, started a second
+    worker cluster, and stopped on a traceback when its order system could not bind."""
+    import socket
+
+    metrics = tmp_path / "metrics"
+    metrics.mkdir()
+    (metrics / "counter_1.db").write_text("the running stack's")
+    with socket.socket() as listening, socket.socket() as spare:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        spare.bind(("127.0.0.1", 0))
+        ports = {
+            "HOLDFAST_PORT": spare.getsockname()[1],
+            "ORDER_SYSTEM_PORT": spare.getsockname()[1],
+        }
+        ports[busy] = listening.getsockname()[1]
+        spare.close()  # free: only ``busy`` is taken
+        env = {k: v for k, v in os.environ.items() if k not in _INHERITED}
+        env.update(
+            {
+                "DATABASE_URL": f"sqlite:///{tmp_path / 'second.sqlite3'}",
+                "PROMETHEUS_MULTIPROC_DIR": str(metrics),
+                **{name: str(port) for name, port in ports.items()},
+            }
+        )
+        result = subprocess.run(
+            [sys.executable, "-m", "config.run_stack"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"port {ports[busy]} ({busy})" in result.stderr
+    assert "Is another `make run` still running?" in result.stderr
+    assert "Nothing was changed." in result.stderr
+    assert "Preparing databases" not in result.stdout
+    assert not (tmp_path / "second.sqlite3").exists()
+    assert (metrics / "counter_1.db").read_text() == "the running stack's"
