@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import html
+import re
 
 import pytest
 from django.urls import reverse
@@ -104,6 +106,25 @@ def test_admin_lists_every_proposal_from_the_filters_all(client, approver, queue
     assert page.status_code == 200
     listed = {p.pk for p in page.context["cl"].result_list}
     assert listed == {p.pk for p in queue["oldest_first"]} | {queue["approved"].pk}
+
+
+def test_admin_search_shows_all_proposals_from_its_show_all(client, approver, queue):
+    """A search's "Show all" linked to the bare list, which opens the approvers' queue: after
+    a search for an approved proposal, "Show all" showed fewer proposals than the search."""
+    client.force_login(approver)
+    url = reverse("admin:approvals_proposal_changelist")
+    approved = queue["approved"]
+
+    found = client.get(url, {"q": approved.case.reference})
+    body = found.content.decode()
+    assert f"Proposal #{approved.pk} " in body
+    show_all = re.search(r'\(<a href="([^"]*)">Show all</a>\)', body)
+    assert show_all is not None, body
+    page = client.get(url + html.unescape(show_all.group(1)))
+
+    assert page.status_code == 200
+    listed = {p.pk for p in page.context["cl"].result_list}
+    assert listed == {p.pk for p in queue["oldest_first"]} | {approved.pk}
 
 
 def test_admin_queue_row_names_the_proposal_and_case_once_and_who_prepared_it(
