@@ -7,6 +7,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
@@ -15,7 +16,14 @@ from django.utils.formats import date_format
 
 from approvals import selectors, services
 from approvals.models import Approval, Operation, Proposal
-from cases.admin import CaseForm, ReadOnlyInline, case_admin_extend, change_url, person
+from cases.admin import (
+    CaseForm,
+    ReadOnlyInline,
+    case_admin_extend,
+    change_url,
+    person,
+    timeline_url,
+)
 from cases.admin.forms import errors_in_words
 from cases.exceptions import CaseError
 from cases.models import Case
@@ -128,6 +136,14 @@ class StatusFilter(admin.SimpleListFilter):
         return queryset.filter(status=self.value())
 
 
+def _applied_version(proposal: Proposal) -> int | None:
+    """The order version this proposal's own confirmed write made, or None."""
+    operation = proposal.operation
+    if operation is None or operation.confirmed_at is None:
+        return None
+    return operation.result_order_version
+
+
 @admin.register(Proposal)
 class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
     """Proposals awaiting review for the approver's teams, oldest first."""
@@ -166,13 +182,22 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
         "status_reason",
         "created_at",
         "submitted_at",
-        "closed_at",
+        "outcome",
     )
     inlines = [ApprovalInline]
     actions = None
 
     def get_queryset(self, request):
         return selectors.proposals_for(request.user)
+
+    def history_view(self, request, object_id, extra_context=None):
+        """A proposal's history is its case's timeline (prepared, submitted, decided, applied,
+        each from the audit trail): Django's history page read "This object doesn't have a
+        change history" for every proposal, since none is edited through this form."""
+        proposal = self.get_object(request, unquote(object_id))
+        if proposal is None:  # Django's answer for an id this person may not open
+            return super().history_view(request, object_id, extra_context)
+        return HttpResponseRedirect(timeline_url(proposal.case))
 
     def changelist_view(self, request, extra_context=None):
         if "status" not in request.GET and not request.GET.get("q"):
@@ -189,6 +214,27 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    @admin.display(description="outcome")
+    def outcome(self, proposal):
+        """What became of it. It was "Closed at: –" for an applied proposal: a proposal is
+        closed only when it ends unapplied (rejected, superseded, invalidated, withdrawn)."""
+        when = "%Y-%m-%d %H:%M:%S %Z"
+        operation = proposal.operation
+        if proposal.closed_at is not None:
+            closed = timezone.localtime(proposal.closed_at)
+            return f"{proposal.get_status_display()} at {closed:{when}}."
+        if operation is not None and operation.confirmed_at is not None:
+            confirmed = timezone.localtime(operation.confirmed_at)
+            version = operation.result_order_version
+            made = f", which made order version {version}" if version else ""
+            return (
+                f"Applied to the order by operation {operation.key}, confirmed at "
+                f"{confirmed:{when}}{made}."
+            )
+        if proposal.status == Proposal.Status.APPROVED:
+            return "Approved; not confirmed as applied yet (the case page says where it is)."
+        return "Open: not decided yet."
 
     @admin.display(description="proposal", ordering="pk")
     def proposal_and_case(self, proposal):
@@ -235,6 +281,8 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
                         else None
                     ),
                     "order_read_since": not seen_is_evidence,
+                    # This proposal's own write moved the order on: said so, not "read again".
+                    "applied_version": _applied_version(obj),
                     "evidence": selectors.evidence_of(obj),
                     "up_for_decision": selectors.awaits_decision(obj),
                     "eligible_approvers": selectors.eligible_approvers(obj),

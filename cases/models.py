@@ -940,6 +940,23 @@ class EvidenceReference(models.Model):
     def __str__(self) -> str:
         return f"{self.source_system}:{self.external_reference}"
 
+    @property
+    def kind_words(self) -> str:
+        """The kind as a person reads it: the workers' own kinds named, one a person typed
+        ("customer_request") with its underscores as spaces."""
+        return EVIDENCE_KIND_WORDS.get(self.kind) or self.kind.replace("_", " ").capitalize()
+
+
+# What the workers record, in words (``EvidenceReference.kind``); a person's kind is free text.
+EVIDENCE_KIND_WORDS = {
+    "order_read": "The order as read",
+    "order_event": "An event from the order system",
+    "operation_applied": "The order system's answer: applied",
+    "operation_replayed": "The order system's answer: applied before (a repeat)",
+    "operation_lookup": "Found applied by the consistent lookup",
+    "manual_settlement": "Settled by a person from evidence",
+}
+
 
 class CancellationRequest(models.Model):
     """A customer's request to cancel, kept as its own record: it is never shown as done

@@ -176,7 +176,7 @@ class OrderSystemProfileAdmin(admin.ModelAdmin):
 
 # --- Inbound order events -----------------------------------------------------------------------
 
-from cases.admin.case import breakable  # noqa: E402
+from cases.admin.inlines import breakable  # noqa: E402
 from cases.admin.search import IndexedSearchMixin  # noqa: E402
 from cases.paging import BoundedCountAdminMixin  # noqa: E402
 from reconciliation.inbound import ORDER_UPDATED, inbound_event_process  # noqa: E402

@@ -26,7 +26,7 @@ from cases.admin import (  # noqa: F401 - registers the admins
 from cases.admin.case import CaseAdmin
 from cases.admin.extend import CaseForm, CaseRevoker, case_admin_extend
 from cases.admin.inlines import ReadOnlyInline
-from cases.admin.views import change_url, person
+from cases.admin.views import change_url, person, timeline_url
 
 __all__ = [
     "CaseAdmin",
@@ -35,5 +35,6 @@ __all__ = [
     "ReadOnlyInline",
     "case_admin_extend",
     "change_url",
+    "timeline_url",
     "person",
 ]

@@ -17,7 +17,7 @@ from django.utils.formats import date_format
 from django.utils.html import format_html
 from django.utils.http import url_has_allowed_host_and_scheme
 
-from cases import inbox
+from cases import inbox, kinds
 from cases.admin.filters import PrintableChoicesFilter
 from cases.admin.views import person
 from cases.exceptions import CaseError
@@ -226,6 +226,23 @@ class FollowUpPolicyForm(forms.ModelForm):
         model = FollowUpPolicy
         fields = ["reason", "kind", "minutes", "at_risk_percent"]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The kinds this desk offers, by name: the field was free text for a code.
+        if "kind" in self.fields:
+            self.fields["kind"] = forms.ChoiceField(
+                label="Change kind",
+                required=False,
+                choices=[("", "Any kind without a policy of its own"), *kinds.choices()],
+                help_text="The policy applies to cases of this change kind only.",
+            )
+        # The browser's own bounds are the service's (``inbox.follow_up_policy_errors``):
+        # the minutes field offered 0, which the server refused.
+        if "minutes" in self.fields:
+            self.fields["minutes"].widget.attrs.update(min=1, max=inbox.POLICY_MAX_MINUTES)
+        if "at_risk_percent" in self.fields:
+            self.fields["at_risk_percent"].widget.attrs.update(min=0, max=99)
+
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
         errors = inbox.follow_up_policy_errors(
@@ -259,7 +276,7 @@ class FollowUpPolicyAdmin(admin.ModelAdmin):
 
     @admin.display(description="change kind")
     def kind_display(self, obj: FollowUpPolicy) -> str:
-        return obj.kind or "any kind"
+        return kinds.label_of(obj.kind) if obj.kind else "any kind"
 
     def save_model(
         self, request: HttpRequest, obj: FollowUpPolicy, form: Any, change: bool

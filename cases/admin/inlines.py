@@ -2,15 +2,68 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 
 from cases import selectors
+from cases.case_story import event_sentence, status_label
 from cases.codes import AccountAction
 from cases.models import AccountEvent, Attempt, CancellationRequest, CaseEvent, EvidenceReference
+
+
+def breakable(code: str, *, at: str = "._:") -> str:
+    """``code`` (escaped) with a line-break opportunity after each of the characters ``at``
+    (dots, underscores and colons), so that ``reconciliation.manual_settlement_needed`` or
+    ``proposer:vm:23017`` wraps at its parts, not inside them."""
+    parts = re.split(f"(?<=[{re.escape(at)}])", code)
+    return format_html_join(mark_safe("<wbr>"), "{}", ((part,) for part in parts))  # noqa: S308
+
+
+class EventWords:
+    """An audit event's columns in words, for the events' list and the case page's trail."""
+
+    @admin.display(description="From status")
+    def from_status_name(self, obj: CaseEvent) -> str:
+        return status_label(obj.from_status) or "—"
+
+    @admin.display(description="To status")
+    def to_status_name(self, obj: CaseEvent) -> str:
+        return status_label(obj.to_status) or "—"
+
+    @admin.display(description="What happened", ordering="action")
+    def what_happened(self, obj: CaseEvent) -> str:
+        """The event in the words of the case's timeline (``cases.case_story``), with the
+        stored code under it, breakable after its dots (``cases.<wbr>case.<wbr>…``): what the
+        action filter and an export name it by."""
+        return format_html(
+            '{}<br><small class="hf-code">{}</small>',
+            event_sentence(obj).text,
+            breakable(obj.action),
+        )
+
+    @admin.display(description="Actor", ordering="actor_label")
+    def acted_by(self, obj: CaseEvent) -> str:
+        return breakable(obj.actor_label)
+
+    @admin.display(description="When", ordering="created_at")
+    def when(self, obj: CaseEvent) -> str:
+        return f"{timezone.localtime(obj.created_at):%Y-%m-%d %H:%M:%S %Z}"
+
+    @admin.display(description="Version: status", ordering="version")
+    def status_change(self, obj: CaseEvent) -> str:
+        """The version the event produced and the status change, if any, in the statuses'
+        names (``v2: New → Waiting for the order source``)."""
+        before, after = status_label(obj.from_status), status_label(obj.to_status)
+        if obj.from_status == obj.to_status:
+            return f"v{obj.version}" + (f": {after}" if after else "")
+        return f"v{obj.version}: {before or '—'} → {after or '—'}"
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -30,19 +83,13 @@ class ReadOnlyInline(admin.TabularInline):
         return False
 
 
-class CaseEventInline(ReadOnlyInline):
+class CaseEventInline(EventWords, ReadOnlyInline):
     model = CaseEvent
     verbose_name_plural = "Audit trail (append-only; the same events as 'What happened' above)"
     classes = ["collapse"]
-    fields = (
-        "created_at",
-        "version",
-        "action",
-        "from_status",
-        "to_status",
-        "actor_label",
-        "reason",
-    )
+    # In words, each stored code under its sentence, as the events' list shows them: it read
+    # "cases.case.transitioned" from "preparing_proposal" to "awaiting_review".
+    fields = ("when", "status_change", "what_happened", "acted_by", "reason")
     readonly_fields = fields
     ordering = ["-id"]
 
@@ -58,13 +105,17 @@ class EvidenceInline(ReadOnlyInline):
         "captured_at",
         "source_system",
         "external_reference",
-        "kind",
+        "kind_words",
         "permitted_basis",
         "order_version",
         "summary",
         "recorded_by",
     )
     readonly_fields = fields
+
+    @admin.display(description="Kind")
+    def kind_words(self, obj: EvidenceReference) -> str:
+        return obj.kind_words
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         visible = selectors.evidence_for(request.user).values("pk")

@@ -44,6 +44,15 @@ def change_url(case: Case) -> str:
     return reverse("admin:cases_case_change", args=[case.pk])
 
 
+# The anchor of the case page's timeline (``admin/cases/case/change_form.html``).
+TIMELINE_ANCHOR = "timeline"
+
+
+def timeline_url(case: Case) -> str:
+    """The case's history as people read it: the timeline on its page."""
+    return f"{change_url(case)}#{TIMELINE_ANCHOR}"
+
+
 def case_page_context(request: HttpRequest, case: Case) -> dict[str, Any]:
     """What the case page renders: the buttons and forms of the actions this person is offered
     now, the next-action text, and what the apps built on the kernel add (``extend``)."""

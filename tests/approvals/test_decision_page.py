@@ -494,3 +494,71 @@ def test_the_case_page_offers_its_decision_to_who_may_decide_it(
         client.force_login(other)
         body = client.get(url).content.decode()
         assert 'id="hf-decide"' not in body, other
+
+
+def test_history_of_a_proposal_and_of_its_case_opens_the_case_timeline(
+    client, approver, outsider, noted_proposal
+):
+    """The "History" button of the case page and of the proposal page opened Django's history
+    page, which read "This object doesn't have a change history": nothing there is edited
+    through the admin's form. Both now open the case's timeline, from the audit trail; another
+    team's id is answered as an id that does not exist."""
+    case = noted_proposal.case
+    timeline = reverse("admin:cases_case_change", args=[case.pk]) + "#timeline"
+    histories = [
+        reverse("admin:approvals_proposal_history", args=[noted_proposal.pk]),
+        reverse("admin:cases_case_history", args=[case.pk]),
+    ]
+    client.force_login(approver)
+    for history in histories:
+        response = client.get(history)
+        assert response.status_code == 302, history
+        assert response["Location"] == timeline
+    page = client.get(timeline.split("#")[0]).content.decode()
+    assert '<div id="timeline" data-live-region="timeline">' in page
+    assert "Submitted proposal #" in page
+
+    client.force_login(outsider)
+    for history in histories:
+        response = client.get(history, follow=True)
+        assert response.redirect_chain[0][0] == reverse("admin:index"), history
+        assert "doesn’t exist" in response.content.decode()
+
+
+def test_an_applied_proposal_says_its_own_write_moved_the_order_and_when_it_was_applied(
+    client, approver, proposal
+):
+    """Applied, its page said "the case has read the order again since (version 2)" beside
+    evidence of version 1 only, and "Closed at: –": version 2 was this proposal's own write,
+    and an applied proposal is not closed, it is applied."""
+    from approvals.models import Operation
+
+    services.proposal_approve(proposal=proposal, actor=approver)
+    made = proposal.evidence_order_version + 1
+    confirmed = timezone.now()
+    Operation.objects.filter(pk=proposal.operation_id).update(
+        confirmed_at=confirmed, result_order_version=made
+    )
+    Case.objects.filter(pk=proposal.case_id).update(last_checked_order_version=made)
+
+    body = _page(client, approver, proposal)
+
+    current = body[body.index('id="hf-current-value"') :][:700]
+    assert f"this change was applied since and made order version {made}" in current
+    assert "read the order again" not in current
+    assert "Closed at" not in body
+    stamp = f"{timezone.localtime(confirmed):%Y-%m-%d %H:%M:%S %Z}"
+    assert (
+        f"Applied to the order by operation {proposal.operation.key}, confirmed at {stamp}, "
+        f"which made order version {made}." in body
+    )
+
+
+def test_an_open_and_a_rejected_proposal_say_their_outcome(client, approver, proposal):
+    assert "Open: not decided yet." in _page(client, approver, proposal)
+
+    services.proposal_reject(proposal=proposal, actor=approver, reason="Not what was asked")
+    proposal.refresh_from_db()
+
+    stamp = f"{timezone.localtime(proposal.closed_at):%Y-%m-%d %H:%M:%S %Z}"
+    assert f"Rejected at {stamp}." in _page(client, approver, proposal)

@@ -258,7 +258,7 @@ def test_only_leads_set_follow_up_policies(agent, approver, lead):
         ("minutes", "0", "From 1 to 527,040 minutes (a year)."),
         ("minutes", "99999999999", "From 1 to 527,040 minutes (a year)."),
         ("at_risk_percent", "150", "From 0 to 99."),
-        ("kind", "x" * 40, "A change kind this desk offers: "),
+        ("kind", "x" * 40, "Select a valid choice."),
     ],
 )
 def test_the_policy_form_says_what_is_wrong_beside_the_field(client, lead, field, value, message):
@@ -278,6 +278,24 @@ def test_the_policy_form_says_what_is_wrong_beside_the_field(client, lead, field
     assert any(m.startswith(message) for m in errors[field]), errors
     assert "Constraint" not in response.content.decode()
     assert not FollowUpPolicy.objects.exists()
+
+
+def test_the_policy_form_offers_the_desks_kinds_by_name_and_the_services_bounds(client, lead):
+    """The kind was a free-text field for a code ("delivery_date"), and the minutes field let
+    the browser offer 0, which the server refused."""
+    from django.urls import reverse
+
+    from cases import kinds
+
+    client.force_login(lead)
+    form = client.get(reverse("admin:cases_followuppolicy_add")).context["adminform"].form
+
+    offered = list(form.fields["kind"].choices)
+    assert offered[0] == ("", "Any kind without a policy of its own")
+    assert offered[1:] == kinds.choices()
+    assert all(label != code for code, label in offered[1:])
+    assert form.fields["minutes"].widget.attrs["min"] == 1
+    assert form.fields["at_risk_percent"].widget.attrs["max"] == 99
 
 
 def test_a_passed_follow_up_reminds_the_person_responsible_once(

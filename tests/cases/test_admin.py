@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
+import html
 
 import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from cases.case_story import event_sentence
 from cases.models import Case, CaseEvent, CustomerAccount, Status
 from cases.services import case_assign, case_transition, case_update_followup
 from tests.cases.helpers import events_after, last_event_id, reload
@@ -219,7 +221,46 @@ def test_case_page_shows_the_event_timeline(as_lead, case):
 
     assert "Audit trail (append-only" in response.content.decode()
     assert "What happened" in response.content.decode()
-    assert "cases.case.created" in response.content.decode()
+    assert "cases.<wbr>case.<wbr>created" in response.content.decode()
+
+
+def test_case_pages_audit_trail_and_evidence_read_in_words_with_the_codes_under_them(
+    as_lead, case, lead
+):
+    """The audit trail's rows read "cases.case.transitioned" from "new" to "waiting_source",
+    and the evidence's kind "order_read": the codes a person cannot read. Each event now reads
+    as in the timeline, its code under it, and a worker's evidence kind in words."""
+    from cases import services
+
+    recorded = [
+        ("order_system", "ORD-7731@v1", "order_read", "Read the order"),
+        ("email", "msg-1", "customer_request", "The customer's mail"),
+    ]
+    for offset, (source, reference, kind, summary) in enumerate(recorded):
+        services.evidence_record(
+            case=case,
+            expected_version=case.version + offset,
+            actor=lead,
+            source_system=source,
+            external_reference=reference,
+            kind=kind,
+            permitted_basis="contract",
+            summary=summary,
+        )
+
+    body = as_lead.get(_change_url(case)).content.decode()
+
+    trail = body[body.index("Audit trail (append-only") :]
+    trail = trail[: trail.index("</table>")]
+    for event in case.events.all():
+        assert html.escape(event_sentence(event).text) in trail, event.action
+    assert trail.count("cases.<wbr>evidence.<wbr>recorded") == 2
+    for raw in ('<td class="field-action">', '<td class="field-from_status">', "waiting_source<"):
+        assert raw not in trail, raw
+    evidence = body[body.index("Evidence references") :]
+    assert "The order as read" in evidence
+    assert "Customer request" in evidence
+    assert '<td class="field-kind">' not in evidence
 
 
 def test_transition_button_asks_for_a_reason(as_lead, case):
