@@ -16,6 +16,7 @@ from django.utils.formats import date_format
 
 from approvals import selectors, services
 from approvals.models import Approval, Operation, Proposal
+from cases import selectors as case_selectors
 from cases.admin import (
     CaseForm,
     ReadOnlyInline,
@@ -284,6 +285,7 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
                     # This proposal's own write moved the order on: said so, not "read again".
                     "applied_version": _applied_version(obj),
                     "evidence": selectors.evidence_of(obj),
+                    "same_order": case_selectors.open_cases_on_order(case, request.user),
                     "up_for_decision": selectors.awaits_decision(obj),
                     "eligible_approvers": selectors.eligible_approvers(obj),
                     "why_not": selectors.why_cannot_decide(obj, request.user),

@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 
 from cases.models import (
+    TERMINAL_STATUSES,
     Attempt,
     CancellationRequest,
     Case,
@@ -59,6 +60,23 @@ def cases_for(user) -> CaseQuerySet:
     """Cases the user may see: those of their teams (all of them for a superuser)."""
     qs = Case.objects.select_related("account", "team", "owner__staff_profile", "backup")
     return scoped_to_teams(qs, user, case="")
+
+
+# At most this many of the other open cases on one order are named on a case's page.
+SAME_ORDER_SHOWN = 10
+
+
+def open_cases_on_order(case: Case, user) -> list[Case]:
+    """The other open cases on ``case``'s order (its account's), that ``user`` may see, oldest
+    first: a date change and a cancellation of one order may be open together, and whichever
+    is applied first moves the order on under the other."""
+    return list(
+        cases_for(user)
+        .filter(account_id=case.account_id, order_id=case.order_id)
+        .exclude(pk=case.pk)
+        .exclude(status__in=TERMINAL_STATUSES)
+        .order_by("pk")[:SAME_ORDER_SHOWN]
+    )
 
 
 def accounts_for(user) -> QuerySet[CustomerAccount]:

@@ -18,7 +18,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from cases import services
+from cases import selectors, services
 from cases.actions import CaseAction, action_run, case_actions, get_action, who_may
 from cases.admin.extend import EXTENSIONS, CaseForm
 from cases.admin.forms import ActionForm, EvidenceForm, errors_in_words
@@ -70,6 +70,7 @@ def _case_page_context(request: HttpRequest, case: Case) -> dict[str, Any]:
         "case_transitions": [button for action, button in buttons if action.transition],
         "case": case,
         "live_url": reverse("live-case", args=[case.reference]),
+        "same_order": selectors.open_cases_on_order(case, request.user),
     }
     for case_form in case_forms():
         context[f"{case_form.name}_form"] = (

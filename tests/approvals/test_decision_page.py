@@ -19,7 +19,12 @@ from approvals import selectors, services
 from approvals.models import Approval, Proposal
 from cases.models import Case
 from cases.next_action import describe_next_action
-from tests.support.fixtures import cancellation_change, date_change, requested_date
+from tests.support.fixtures import (
+    address_change,
+    cancellation_change,
+    date_change,
+    requested_date,
+)
 
 from .conftest import in_days, read_order, reload
 
@@ -562,3 +567,38 @@ def test_an_open_and_a_rejected_proposal_say_their_outcome(client, approver, pro
 
     stamp = f"{timezone.localtime(proposal.closed_at):%Y-%m-%d %H:%M:%S %Z}"
     assert f"Rejected at {stamp}." in _page(client, approver, proposal)
+
+
+def test_the_case_and_decision_pages_name_the_other_open_cases_on_the_same_order(
+    client, approver, lead, make_case, agent
+):
+    """A cancellation and a date change of one order were open together and neither page
+    said so: the approver approved the date change with no word of the cancellation beside
+    it. Both pages now name the other open cases on the order; a closed one is not named."""
+    from cases.services import case_transition
+
+    date_case = read_order(make_case(order_id="ORD-7731"))
+    cancel_case = make_case(order_id="ORD-7731", change=cancellation_change())
+    closed = make_case(order_id="ORD-7731", change=address_change())
+    case_transition(
+        case=closed,
+        transition="cancel",
+        expected_version=closed.version,
+        actor=lead,
+        reason="The customer withdrew it",
+    )
+    other_order = make_case(order_id="ORD-7731-2", change=cancellation_change())
+    proposal = services.proposal_prepare(case=date_case, actor=agent)
+
+    decision = _page(client, approver, proposal)
+    case_page = client.get(reverse("admin:cases_case_change", args=[date_case.pk]))
+
+    for body in (decision, case_page.content.decode()):
+        same = body[body.index('id="hf-same-order"') :][:900]
+        assert "Also open on ORD-7731" in body
+        assert f">{cancel_case.reference}</a>: Order cancellation, " in same
+        assert closed.reference not in same
+        assert other_order.reference not in same
+        assert "Whichever is applied first moves the order to a new version" in same
+    alone = client.get(reverse("admin:cases_case_change", args=[other_order.pk]))
+    assert 'id="hf-same-order"' not in alone.content.decode()
