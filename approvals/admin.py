@@ -28,6 +28,7 @@ from cases.admin import (
 from cases.admin.forms import errors_in_words
 from cases.exceptions import CaseError
 from cases.models import Case
+from cases.next_action import person_here_or_away
 from cases.paging import BoundedCountAdminMixin
 
 
@@ -287,7 +288,9 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
                     "evidence": selectors.evidence_of(obj),
                     "same_order": case_selectors.open_cases_on_order(case, request.user),
                     "up_for_decision": selectors.awaits_decision(obj),
-                    "eligible_approvers": selectors.eligible_approvers(obj),
+                    "eligible_approvers": [
+                        person_here_or_away(p) for p in selectors.eligible_approvers(obj)
+                    ],
                     "why_not": selectors.why_cannot_decide(obj, request.user),
                     # A refused decision's own form (``_decide``), with what was typed.
                     "approve_form": context.get("approve_form") or ApproveForm(prefix="approve"),

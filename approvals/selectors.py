@@ -158,7 +158,11 @@ def eligible_approvers(proposal: Proposal) -> list:
     and ``approvals.services._decidable``, in one query.
     """
     people = (
-        _approvers().filter(holdfast_teams__cases=proposal.case_id).distinct().order_by("username")
+        _approvers()
+        .filter(holdfast_teams__cases=proposal.case_id)
+        .distinct()
+        .select_related("staff_profile")  # who is away, said beside each name
+        .order_by("username")
     )
     people = people.exclude(
         pk__in=ProposalAuthor.objects.filter(proposal=proposal.pk).values("user_id")

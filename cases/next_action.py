@@ -92,8 +92,24 @@ def person(user) -> str:
     return f"{full} ({user.get_username()})" if full else user.get_username()
 
 
-def _names(people) -> str:
-    people = [person(p) for p in people]
+def away_until(user) -> dt.date | None:
+    """The last day ``user`` is away, while they are; else None."""
+    profile = getattr(user, "staff_profile", None)
+    return profile.away_until if profile is not None and profile.is_away() else None
+
+
+def person_here_or_away(user) -> str:
+    """:func:`person`, with the last day of their absence while they are away."""
+    until = away_until(user)
+    if until is None:
+        return person(user)
+    full = user.get_full_name()
+    away = f"away until {until:%Y-%m-%d}"
+    return f"{full} ({user.get_username()}, {away})" if full else f"{user.get_username()} ({away})"
+
+
+def _names(people, *, name=person) -> str:
+    people = [name(p) for p in people]
     if not people:
         return ""
     if len(people) == 1:
@@ -107,9 +123,15 @@ def _approvers(case: Case) -> str:
     deciders = case_deciders(case)
     if deciders is None:
         return f"an approver of {case.team} other than the proposal's preparer"
-    names = _names(deciders)
+    names = _names(deciders, name=person_here_or_away)
     if not names:
         return f"nobody yet: {case.team} has no approver other than the proposal's preparer"
+    if all(away_until(p) is not None for p in deciders):
+        # Their cases fall to their backups, but a decision is nobody's backup's: say so.
+        return (
+            f"{names}; everyone who may decide is away. When the follow-up passes, "
+            f"{person(case.responsible_now)} is reminded too"
+        )
     return names
 
 

@@ -7,6 +7,7 @@ tests pin the content and the HTML structure with the Django test client.
 from __future__ import annotations
 
 import datetime as dt
+import html
 from html.parser import HTMLParser
 
 import pytest
@@ -602,3 +603,30 @@ def test_the_case_and_decision_pages_name_the_other_open_cases_on_the_same_order
         assert "Whichever is applied first moves the order to a new version" in same
     alone = client.get(reverse("admin:cases_case_change", args=[other_order.pk]))
     assert 'id="hf-same-order"' not in alone.content.decode()
+
+
+def test_an_away_approver_is_named_as_away_and_everyone_away_is_said(
+    client, approver, lead, noted_proposal
+):
+    """With the only approver away, the decision page still listed them under "Who may
+    decide" and the case page named them as who must answer, as if they were at their desk:
+    their cases fall to their backups, but a decision is nobody's backup's."""
+    from cases.services import staff_set_away
+
+    until = timezone.localdate() + dt.timedelta(days=3)
+    case = noted_proposal.case
+    case_url = reverse("admin:cases_case_change", args=[case.pk])
+    client.force_login(lead)
+    present = client.get(case_url).content.decode()
+    assert "away until" not in present[present.index('id="hf-who"') :][:400]
+
+    staff_set_away(user=approver, away_until=until, actor=lead)
+
+    decision = _page(client, lead, noted_proposal)
+    deciders = decision[decision.index('id="hf-deciders"') :][:400]
+    assert f"Ari Approver (approver, away until {until:%Y-%m-%d})" in deciders
+    who = client.get(case_url).content.decode()
+    who = who[who.index('id="hf-who"') :][:600]
+    assert f"Ari Approver (approver, away until {until:%Y-%m-%d})" in who
+    assert "everyone who may decide is away" in who
+    assert f"{describe_next_action(case).who_must_answer}" in html.unescape(who)
