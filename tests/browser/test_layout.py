@@ -7,6 +7,7 @@ import pytest
 
 from cases.services import case_transition
 from tests.browser.conftest import DESKTOP, PHONE, login, misfits, shot
+from tests.support.fixtures import address_change
 
 pytestmark = [pytest.mark.browser, pytest.mark.order_system]
 
@@ -186,3 +187,36 @@ def test_a_long_unbroken_note_wraps_inside_the_case_page(open_page, make_case):
         )
         assert not problems, (viewport, problems)
         assert not overflow, (viewport, overflow)
+
+
+_OVERLAPS_THE_TOOLS_JS = """
+() => {
+  const tools = document.querySelector('.object-tools');
+  const title = document.querySelector('#content > h2');
+  if (!tools || !title) return 'missing: ' + (!tools ? '.object-tools' : 'the subtitle');
+  const a = tools.getBoundingClientRect();
+  const range = document.createRange();
+  range.selectNodeContents(title);
+  // The subtitle's lines of text, not its box (a block as wide as the page).
+  return [...range.getClientRects()]
+    .filter((b) => !(a.right <= b.left || b.right <= a.left
+      || a.bottom <= b.top || b.bottom <= a.top))
+    .map((b) => `text ${Math.round(b.left)}-${Math.round(b.right)} under the History button`
+      + ` ${Math.round(a.left)}-${Math.round(a.right)}`)
+    .join('; ');
+}
+"""
+
+
+def test_a_long_subtitle_does_not_run_under_the_history_button(open_page, reviewable_case):
+    """A long proposal's name, the page's subtitle, ran under the History button at the
+    page's top right: Django floats the button up beside the subtitle."""
+    _, proposal = reviewable_case(
+        change=address_change(name="Dana Whitfield-Montgomery of the Long Name Trading Company")
+    )
+    page = open_page(DESKTOP)
+    login(page, "approver")
+    page.goto(f"/admin/approvals/proposal/{proposal.pk}/change/")
+    shot(page, "decision-page")
+
+    assert page.evaluate(_OVERLAPS_THE_TOOLS_JS) == ""
