@@ -9,7 +9,9 @@ recipient (a unique constraint).
 Who hears what (DESIGN.md "People are told"):
 
 - A proposal starts to await review (submitted, or back after an expiry): the approvers who
-  may decide it, by approvals' four-eyes rule (``cases.extensions.case_deciders``).
+  may decide it, by approvals' four-eyes rule (``cases.extensions.case_deciders``). Back in
+  review from a hold that interrupted its review (restore recovery proved nothing was sent),
+  the same proposal awaits the same decision: whoever was told of it already is not told again.
 - The case needs attention or its proposal is rejected: the person responsible now, the owner
   or the named backup while the owner is away.
 - The case is held, when it becomes that person's (``cases.held``), once per hold: on arriving
@@ -181,12 +183,16 @@ def notifications_for(case: Case, event: CaseEvent) -> list[Notification]:
     people = _unique_active(_recipients(case, kind), actor_id=event.actor_id)
     if not people:
         return []
-    preferences = {
-        p.user_id: p for p in NotificationPreference.objects.filter(user__in=[p.pk for p in people])
-    }
     link = case_path(case)
     if kind == NotificationKind.AWAITING_REVIEW:
         link = case_decision_path(case) or link
+        told = _told_of_the_review_a_hold_interrupted(case, event, people, link)
+        people = [p for p in people if p.pk not in told]
+        if not people:
+            return []
+    preferences = {
+        p.user_id: p for p in NotificationPreference.objects.filter(user__in=[p.pk for p in people])
+    }
     now = timezone.now()
     rows = []
     for person in people:
@@ -205,6 +211,33 @@ def notifications_for(case: Case, event: CaseEvent) -> list[Notification]:
             )
         )
     return rows
+
+
+def _told_of_the_review_a_hold_interrupted(
+    case: Case, event: CaseEvent, people: list[User], link: str
+) -> set[int]:
+    """Who was told already of the review ``event`` returns to, by id: a case back in review
+    from a hold it entered while in review awaits the decision it awaited before, on the same
+    proposal (its decision page is the notification's link). A restore drill against a running
+    desk told the approver twice of each proposal in review."""
+    if event.from_status != Status.HELD:
+        return set()
+    held_from = (
+        CaseEvent.objects.filter(case=case, action=Action.CASE_TRANSITIONED, to_status=Status.HELD)
+        .order_by("-pk")
+        .values_list("from_status", flat=True)
+        .first()
+    )
+    if held_from != Status.AWAITING_REVIEW:
+        return set()
+    return set(
+        Notification.objects.filter(
+            case=case,
+            kind=NotificationKind.AWAITING_REVIEW,
+            link=link,
+            recipient__in=[p.pk for p in people],
+        ).values_list("recipient_id", flat=True)
+    )
 
 
 def _unique_active(people: Iterable[User | None], *, actor_id: int | None) -> list[User]:

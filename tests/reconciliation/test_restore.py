@@ -192,3 +192,35 @@ def test_recovery_moves_the_fencing_sequence_past_every_token_already_used(
     assert floors["fencing_token"] == seen_by_the_order_system + FENCING_JUMP
     assert fencing_current() == floors["fencing_token"]
     assert next_fencing_token() == floors["fencing_token"] + 1
+
+
+def test_a_proposal_back_in_review_after_a_restore_is_not_announced_twice(
+    live_orders, autonomous, make_case, approver
+):
+    """After a restore, recovery holds a case in review and, proving nothing was sent, returns
+    it to review: the approvers were told of its proposal a second time ("6 notifications for
+    3 proposals" after `make drill` ran its restore drill against `make run`). The proposal and
+    its decision are as they were: whoever was told is not told again; the hold and the return
+    are on the case's timeline."""
+    from cases.models import Notification
+
+    reviewing = _awaiting_review(make_case)
+    told = list(Notification.objects.filter(case=reviewing, kind="awaiting_review"))
+    assert [n.recipient for n in told] == [approver]
+
+    _simulate_restore()
+    dispatch_due(run=lambda func, pk: None)
+
+    reviewing.refresh_from_db()
+    assert reviewing.status == Status.AWAITING_REVIEW
+    steps = list(
+        CaseEvent.objects.filter(case=reviewing, action="cases.case.transitioned")
+        .order_by("id")
+        .values_list("from_status", "to_status")
+    )
+    assert steps[-2:] == [
+        (Status.AWAITING_REVIEW, Status.HELD),
+        (Status.HELD, Status.AWAITING_REVIEW),
+    ]
+    again = Notification.objects.filter(case=reviewing, kind="awaiting_review")
+    assert list(again) == told
