@@ -8,7 +8,6 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 
 from cases.models import (
-    TERMINAL_STATUSES,
     Attempt,
     CancellationRequest,
     Case,
@@ -72,9 +71,9 @@ def open_cases_on_order(case: Case, user) -> list[Case]:
     is applied first moves the order on under the other."""
     return list(
         cases_for(user)
+        .open()
         .filter(account_id=case.account_id, order_id=case.order_id)
         .exclude(pk=case.pk)
-        .exclude(status__in=TERMINAL_STATUSES)
         .order_by("pk")[:SAME_ORDER_SHOWN]
     )
 
