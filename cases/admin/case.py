@@ -508,7 +508,7 @@ class CaseEventAdmin(
     show_full_result_count = False
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[CaseEvent]:
-        return selectors.events_for(request.user).select_related("case")
+        return selectors.events_for(request.user).select_related("case", "actor")
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         named: dict[Any, Any] = {"from_status": "from_status_name", "to_status": "to_status_name"}

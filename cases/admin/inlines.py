@@ -95,7 +95,8 @@ class CaseEventInline(EventWords, ReadOnlyInline):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         visible = selectors.events_for(request.user).values("pk")
-        return super().get_queryset(request).filter(pk__in=visible)
+        # Each row names who acted (``EventWords``): with the row, not a query per row.
+        return super().get_queryset(request).filter(pk__in=visible).select_related("actor")
 
 
 class EvidenceInline(ReadOnlyInline):

@@ -196,3 +196,42 @@ def test_desk_search_by_reference_order_and_account_is_an_index_lookup(db, looku
         cursor.execute(f"EXPLAIN {sql}", params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert index in plan, plan
+
+
+def test_the_case_page_and_the_events_list_name_who_acted_without_a_query_per_event(
+    as_lead, lead, case
+):
+    """Each audit event reads who acted ("Lena Lead recorded evidence …"): the case page's
+    audit trail and the events list read the person with the event, not once per event."""
+    from cases import services
+
+    def record(n: int) -> None:
+        for i in range(n):
+            services.evidence_record(
+                case=case,
+                expected_version=reload(case).version,
+                actor=lead,
+                source_system="email",
+                external_reference=f"msg-{n}-{i}",
+                kind="customer_request",
+                permitted_basis="contract",
+                summary="The customer's mail",
+            )
+
+    def people_read(url: str, params: dict | None = None) -> int:
+        as_lead.get(url, params or {})
+        with CaptureQueriesContext(connection) as captured:
+            assert as_lead.get(url, params or {}).status_code == 200
+        return sum(
+            q["sql"].startswith('SELECT "auth_user"."id"') and '"auth_user"."id" =' in q["sql"]
+            for q in captured.captured_queries
+        )
+
+    page = reverse("admin:cases_case_change", args=[case.pk])
+    events = reverse("admin:cases_caseevent_changelist")
+    record(2)
+    few = (people_read(page), _queries(as_lead, events, {"q": case.reference})[0])
+    record(8)
+    many = (people_read(page), _queries(as_lead, events, {"q": case.reference})[0])
+
+    assert many == few
