@@ -15,11 +15,11 @@ the index gives, through an expression no index matches (so the planner does not
 index too). When the index gives more, the word's answer is not complete, whatever it found. A
 run of fewer than three characters gives no trigram: then the whole word alone.
 
-A field of a related row (``account__name``) is asked in two steps, never through a join: the
-related table's index gives at most :data:`RESOLVED_MATCHES` + 1 of its rows, then the rows
-that point at them (``account_id = ANY(…)``, the foreign key's index), capped the same way;
-when either step was capped, the word's answer is not complete. A join
-of the cases to every account named "Customer" was what read every case.
+A field of a related row (``account__name``) is asked in two steps, never through a join left
+to the planner: the related table's index gives at most :data:`RESOLVED_MATCHES` + 1 of its
+rows, then the rows that point at them (the foreign key's index, one related row after another
+until the cap), capped the same way; when either step was capped, the word's answer is not
+complete. A join of the cases to every account named "Customer" was what read every case.
 
 **Bounded by design.** Each word costs one capped read per field (two for a related field)
 and reads at most :data:`RESOLVED_MATCHES` + 1 rows per field, whatever the table size.
@@ -143,8 +143,8 @@ def _parts(
     one through the field's own index per word and field; for a field of a related row
     (``account__name``) two, never a join of the two tables: the related table's index gives
     at most ``limit`` of its rows, then the rows that point at those matching the whole word
-    (the foreign key's index, ``= ANY(ARRAY(…))`` on PostgreSQL), capped the same way. A join
-    of the cases to every account named "Customer" was what read every case."""
+    (the foreign key's index, one related row after another), capped the same way. A join of
+    the cases to every account named "Customer", left to the planner, read every case."""
     model = rows.model
     vendor = connections[rows.db].vendor
     quote = connections[rows.db].ops.quote_name
@@ -160,15 +160,26 @@ def _parts(
             )
             yield _Part(w, f, others=True), sql, params
             matching = f"SELECT o.hf_key FROM ({sql}) o WHERE o.hf_whole"  # noqa: S608
-            among = f"= ANY(ARRAY({matching}))" if vendor == "postgresql" else f"IN ({matching})"
-            fk = f"r.{quote(link.column)}"
-            # In the foreign key's order: its index answers the first ``limit`` rows and stops
-            # (read in the table's order, the rows of those keys could be spread over all of it).
-            pointing = (
-                f"SELECT r.{quote(model._meta.pk.column)} AS hf_key, TRUE AS hf_whole "  # noqa: S608
-                f"FROM {quote(model._meta.db_table)} r WHERE {fk} {among} "
-                f"ORDER BY {fk} LIMIT {int(limit)}"
-            )
+            table, key = quote(model._meta.db_table), quote(model._meta.pk.column)
+            fk = quote(link.column)
+            if vendor == "postgresql":
+                # Each matching related row's own rows through the foreign key's index, until
+                # the cap: a nested loop by construction (LATERAL, its LIMIT keeps the planner
+                # from turning it into a join of its choice: at 20k cases it hashed every case),
+                # which stops at the cap. As ``fk = ANY(ARRAY(…)) ORDER BY fk`` the planner
+                # expected ten keys' rows, read all 5,011 rows of 501 accounts named "Customer"
+                # and sorted them (16 ms at 1M cases, against 3 ms).
+                pointing = (
+                    "SELECT r.hf_key, TRUE AS hf_whole "  # noqa: S608 - metadata
+                    f"FROM ({matching}) a CROSS JOIN LATERAL "
+                    f"(SELECT c.{key} AS hf_key FROM {table} c WHERE c.{fk} = a.hf_key "
+                    f"LIMIT {int(limit)}) r LIMIT {int(limit)}"
+                )
+            else:
+                pointing = (
+                    f"SELECT r.{key} AS hf_key, TRUE AS hf_whole FROM {table} r "  # noqa: S608
+                    f"WHERE r.{fk} IN ({matching}) ORDER BY r.{fk} LIMIT {int(limit)}"
+                )
             yield _Part(w, f), pointing, params
 
 
