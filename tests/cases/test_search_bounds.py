@@ -168,3 +168,25 @@ def test_a_search_runs_as_many_queries_whatever_its_words_match(make_case, monke
     assert many[0] == 2
     assert many[2] is True
     assert many[1] <= {first.pk, *(case.pk for case in others)}
+
+
+def test_a_word_with_a_nul_matches_nothing_and_asks_nothing(api, lead, make_case, client):
+    """No stored text holds a NUL (PostgreSQL refuses one in text), so a word with one matches
+    no row: the page is empty, not a 500 ("PostgreSQL text fields cannot contain NUL (0x00)
+    bytes", found by the API's schema fuzzing with ``q`` holding a NUL)."""
+    case = make_case(order_id="ORD-4343")
+    for term in ("a\x00b", "ORD-4343 a\x00b", "\x00", "ORD-4343 \x00"):
+        with CaptureQueriesContext(connection) as captured:
+            found, truncated = search.indexed_search(Case.objects.all(), search.CASE_FIELDS, term)
+            assert list(found) == [], term
+        assert truncated is False
+        assert len(captured.captured_queries) == 0, term
+    answer = api(lead).get("/api/cases/", {"q": "ORD-4343 a\x00b"})
+    assert answer.status_code == 200
+    assert answer.json()["results"] == []
+    assert [
+        r["reference"] for r in api(lead).get("/api/cases/", {"q": "ORD-4343"}).json()["results"]
+    ] == [case.reference]
+    client.force_login(lead)
+    page = client.get("/admin/cases/case/", {"q": "ORD-4343 a\x00b"})
+    assert page.status_code in (200, 302)
