@@ -57,21 +57,27 @@ pytestmark = pytest.mark.order_system
 WORKER = Worker("worker:test:kinds")
 
 # Per kind: the change a case asks for, another change of the same kind, what the order system
-# then shows, and the operation key's prefix.
-KINDS = {
-    "delivery_date": (
-        date_change(days_ahead(9)),
+# then shows, and the operation key's prefix. Each is built when a test asks for it, so a date
+# and its check are taken on the same day, even when a run crosses midnight.
+def _date_kind():
+    asked = days_ahead(9)
+    return (
+        date_change(asked),
         date_change(days_ahead(10)),
-        lambda order: order["delivery_date"] == str(days_ahead(9)),
+        lambda order: order["delivery_date"] == str(asked),
         "DATE",
-    ),
-    "shipping_address": (
+    )
+
+
+KINDS = {
+    "delivery_date": _date_kind,
+    "shipping_address": lambda: (
         address_change(),
         address_change(city="Bath", postal_code="BA1 1AA"),
         lambda order: order["shipping_address"]["line1"] == "4 Quay Road",
         "ADDR",
     ),
-    "order_cancellation": (
+    "order_cancellation": lambda: (
         cancellation_change("customer_request"),
         cancellation_change("duplicate"),
         lambda order: order["status"] == "cancelled",
@@ -88,7 +94,7 @@ def _applied(live_orders, order_id: str) -> list[dict]:
 def test_each_kind_is_read_proposed_approved_applied_once_and_told(
     approved_case, live_orders, kind
 ):
-    change, _, applied, prefix = KINDS[kind]
+    change, _, applied, prefix = KINDS[kind]()
     case = approved_case(change=change)
     evidence = EvidenceReference.objects.get(case=case, kind="order_read")
     seen = {
@@ -117,7 +123,7 @@ def test_each_kind_is_read_proposed_approved_applied_once_and_told(
 def test_a_dropped_answer_is_held_and_settled_from_evidence_with_no_second_write(
     approved_case, live_orders, kind
 ):
-    case = approved_case(change=KINDS[kind][0])
+    case = approved_case(change=KINDS[kind]()[0])
     live_orders.set_fault("drop_after_commit", path_prefix="/orders/")
     assert apply_case(case_id=case.pk) == "effect_unknown"
     assert Case.objects.get(pk=case.pk).status == Status.HELD
@@ -132,7 +138,7 @@ def test_a_dropped_answer_is_held_and_settled_from_evidence_with_no_second_write
 def _held_with_its_key_holding_another_change(approved_case, live_orders, kind) -> Case:
     """A held case (its worker claimed and went silent; nothing sent) whose operation key the
     order system holds applied with another change of the same kind."""
-    change, other, _, _ = KINDS[kind]
+    change, other, _, _ = KINDS[kind]()
     case = approved_case(change=change)
     case_claim(case_id=case.pk, worker=WORKER)
     assert attempts_expire_leases(now=timezone.now() + dt.timedelta(hours=1)) == 1
