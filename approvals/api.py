@@ -46,6 +46,9 @@ class ProposalViewSet(
                 qs = selectors.awaiting_review(qs)  # the approvers' queue
             else:
                 qs = qs.filter(status=status)
+        if self.action == "list":
+            # A page of rows (the approve and reject actions read their proposal whole).
+            qs = selectors.queue_rows(qs)
         case = self.request.query_params.get("case")
         if case is not None:
             # A case's proposals, by its reference (another team's reads as an unknown one: none).

