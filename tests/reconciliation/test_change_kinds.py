@@ -56,6 +56,7 @@ pytestmark = pytest.mark.order_system
 
 WORKER = Worker("worker:test:kinds")
 
+
 # Per kind: the change a case asks for, another change of the same kind, what the order system
 # then shows, and the operation key's prefix. Each is built when a test asks for it, so a date
 # and its check are taken on the same day, even when a run crosses midnight.
