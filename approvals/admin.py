@@ -170,6 +170,8 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
     # The page counts its filtered rows once; no second COUNT(*) over every visible proposal,
     # and at most 1,000 past the page (``cases.paging``).
     show_full_result_count = False
+    # The rows' relations, as ``selectors.queue_rows`` reads them (not every foreign key).
+    list_select_related = ["case", "operation"]
     readonly_fields = fields = (
         "case",
         "order_id",
@@ -190,7 +192,13 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
     actions = None
 
     def get_queryset(self, request):
-        return selectors.proposals_for(request.user)
+        proposals = selectors.proposals_for(request.user)
+        match = request.resolver_match
+        if match is not None and match.url_name == "approvals_proposal_changelist":
+            # A page of rows, as the API's queue reads them (``selectors.queue_rows``); the
+            # decision page reads its proposal whole.
+            proposals = selectors.queue_rows(proposals)
+        return proposals
 
     def history_view(self, request, object_id, extra_context=None):
         """A proposal's history is its case's timeline (prepared, submitted, decided, applied,
