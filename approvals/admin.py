@@ -290,7 +290,10 @@ class ProposalAdmin(BoundedCountAdminMixin, admin.ModelAdmin):
                         if seen_is_evidence and case.order_seen is not None
                         else None
                     ),
-                    "order_read_since": not seen_is_evidence,
+                    # A case with no read of the order on record has not read it "again".
+                    "order_read_since": (
+                        not seen_is_evidence and case.last_checked_order_version is not None
+                    ),
                     # This proposal's own write moved the order on: said so, not "read again".
                     "applied_version": _applied_version(obj),
                     "evidence": selectors.evidence_of(obj),

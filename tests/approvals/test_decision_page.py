@@ -315,6 +315,23 @@ def test_a_decided_proposal_is_headed_by_its_decision_and_says_the_order_was_rea
     )
 
 
+def test_a_case_with_no_order_read_on_record_is_not_said_to_have_read_it_again(
+    client, approver, proposal
+):
+    """It said "the case has read the order again since (version None)" for a case whose
+    last check of the order was not on record."""
+    Case.objects.filter(pk=proposal.case_id).update(
+        last_checked_order_version=None, order_seen=None
+    )
+
+    body = _page(client, approver, proposal)
+
+    current = body[body.index('id="hf-current-value"') :][:600]
+    assert "version None" not in body
+    assert "read the order again" not in current
+    assert "not recorded" in current
+
+
 @pytest.mark.parametrize(
     ("typed", "why"),
     [
