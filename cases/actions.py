@@ -195,7 +195,7 @@ def cancel_situation(case: Case) -> str:
         return "in_flight"
     if not case.nothing_applied():
         return "applied"
-    if case.read_once("attempts made", case.attempts.exists):
+    if case.attempts_made():
         return "tried"
     return "unsent"
 

@@ -538,6 +538,17 @@ class Case(FSMModelMixin, models.Model):
             memo[name] = read()
         return memo[name]
 
+    def read_with(self, relation: str) -> list[Any] | None:
+        """The rows of ``relation`` read with this case (``prefetch_related``) while
+        :meth:`guards_read_once` is open, else None: a page that shows the case's attempts,
+        operations and cancellations answers the guards from the rows it shows, with no look of
+        its own. Only within that view of one moment; a service reads the locked row's
+        relations afresh."""
+        if self._guards_read is None:
+            return None
+        rows = getattr(self, "_prefetched_objects_cache", {}).get(relation)
+        return None if rows is None else list(rows)
+
     def account_verified(self) -> bool:
         return self.account.verified
 
@@ -546,6 +557,9 @@ class Case(FSMModelMixin, models.Model):
 
     def nothing_applied(self) -> bool:
         """The change this case is about is not confirmed at the order system."""
+        operations = self.read_with("operations")
+        if operations is not None and all(op.confirmed_at is None for op in operations):
+            return True  # no operation confirmed: nothing of any proposal's applied
         return self.read_once(
             "nothing_applied",
             lambda: (
@@ -558,10 +572,25 @@ class Case(FSMModelMixin, models.Model):
 
     def nothing_in_flight(self) -> bool:
         """No attempt is running: nothing can be sent while the case moves this way."""
+        in_flight = ("running", "cancel_requested")
+        attempts = self.read_with("attempts")
+        if attempts is not None:
+            return not any(attempt.state in in_flight for attempt in attempts)
         return self.read_once(
             "nothing_in_flight",
-            lambda: not self.attempts.filter(state__in=["running", "cancel_requested"]).exists(),
+            lambda: not self.attempts.filter(state__in=in_flight).exists(),
         )
+
+    def attempts_made(self) -> bool:
+        """Any attempt was made for this case."""
+        attempts = self.read_with("attempts")
+        if attempts is not None:
+            return bool(attempts)
+        return self.read_once("attempts made", self.attempts.exists)
+
+    def has_pending_cancellation(self) -> bool:
+        """A cancellation request waits for its outcome."""
+        return self._has_cancellation("pending")
 
     # --- transitions (in memory only; services save and audit) ----------------------------
     @transition(
@@ -783,9 +812,15 @@ class Case(FSMModelMixin, models.Model):
         """Authority was revoked and what was in flight is settled with nothing applied."""
 
     def has_late_cancellation(self) -> bool:
+        return self._has_cancellation("after_change")
+
+    def _has_cancellation(self, outcome: str) -> bool:
+        cancellations = self.read_with("cancellations")
+        if cancellations is not None:
+            return any(request.outcome == outcome for request in cancellations)
         return self.read_once(
-            "has_late_cancellation",
-            lambda: self.cancellations.filter(outcome="after_change").exists(),
+            f"cancellation {outcome}",
+            lambda: self.cancellations.filter(outcome=outcome).exists(),
         )
 
     @transition(

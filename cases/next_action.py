@@ -277,7 +277,7 @@ def _why(case: Case) -> str:
             f"authority revoked ({case.revocation_kind}): no new work is admitted "
             "and what was in flight is being settled",
         )
-    if case.cancellations.filter(outcome="pending").exists():
+    if case.has_pending_cancellation():
         why = _join(
             why,
             "a cancellation request is recorded; it is honoured only once the "

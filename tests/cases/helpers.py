@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from django.utils import timezone
+
+from approvals.models import Operation
+from cases import kinds
 from cases.models import Case, CaseEvent
 
 
@@ -22,3 +26,16 @@ def events_after(case: Case, last_id: int | None) -> list[CaseEvent]:
 
 def last_event_id(case: Case) -> int | None:
     return CaseEvent.objects.filter(case=case).order_by("-id").values_list("id", flat=True).first()
+
+
+def make_operation(case: Case, *, confirmed: bool = False) -> Operation:
+    """The case's first operation, of its own change; confirmed at the order system or not."""
+    return Operation.objects.create(
+        case=case,
+        key=f"DATE-{case.number}-1",
+        sequence=1,
+        order_id=case.order_id,
+        change=case.change,
+        change_hash=kinds.change_hash(case.change),
+        confirmed_at=timezone.now() if confirmed else None,
+    )

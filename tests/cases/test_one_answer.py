@@ -267,7 +267,7 @@ def test_a_guard_read_once_is_read_again_after_the_list(case, lead):
     with fresh.guards_read_once():
         assert not fresh.has_late_cancellation()
         with fresh.guards_read_once():  # an inner block keeps the outer one's answers
-            assert fresh._guards_read == {"has_late_cancellation": False}
+            assert fresh._guards_read == {"cancellation after_change": False}
         CancellationRequest.objects.create(
             case=fresh,
             reason="Too late",
@@ -359,6 +359,11 @@ def test_a_case_answer_reads_each_guard_once(request, surface, case, lead, api):
         if q["sql"].startswith("SELECT 1 AS")
         and any(t in q["sql"] for t in ('"cases_attempt"', '"approvals_operation"'))
     ]
+    if surface == "api":
+        # The API's case shows its attempts, operations and cancellations: the guards are
+        # answered from those rows (``Case.read_with``), with no look of their own.
+        assert guards == []
+        return
     assert guards, [q["sql"] for q in captured.captured_queries]
     assert len(guards) == len(set(guards)), guards
 

@@ -12,13 +12,12 @@ from django.db.utils import ProgrammingError
 from django.utils import timezone
 
 from approvals.models import Operation
-from cases import kinds
 from cases.exceptions import ActionNotPermitted
 from cases.kernel import SYSTEM
 from cases.models import Attempt, CancellationRequest, Case, CaseEvent, EvidenceReference, Status
 from cases.retention import PurgeRefused, case_purge, purge_expired, purgeable_cases
 from cases.services import case_transition, case_update_followup, evidence_record
-from tests.cases.helpers import reload
+from tests.cases.helpers import make_operation, reload
 
 RETENTION_DAYS = 30
 PAST_RETENTION = timezone.localdate() + dt.timedelta(days=RETENTION_DAYS + 1)
@@ -249,17 +248,9 @@ def test_open_cases_are_never_purged(make_case):
 
 
 def _active_attempt(case):
-    operation = Operation.objects.create(
-        case=case,
-        key=f"DATE-{case.number}-1",
-        sequence=1,
-        order_id=case.order_id,
-        change=case.change,
-        change_hash=kinds.change_hash(case.change),
-    )
     Attempt.objects.create(
         case=case,
-        operation=operation,
+        operation=make_operation(case),
         reference=f"{case.reference}-a1",
         sequence=1,
         worker="host:1",
