@@ -42,6 +42,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.apps import apps
 from django.db import connections
 from django.db.models import BooleanField, ExpressionWrapper, F, Q, QuerySet, TextField, Value
 from django.db.models.functions import Concat
@@ -63,7 +64,7 @@ def _key_of(word: str) -> str:
     return max(reversed(runs), key=len) if runs else word
 
 
-def _capped(rows: QuerySet[Any], field: str, word: str, limit: int) -> QuerySet[Any]:
+def _capped(rows: QuerySet[Any], field: str, key: str, word: str, limit: int) -> QuerySet[Any]:
     """At most ``limit`` rows of ``rows`` that the index gives for ``word`` in ``field``, as
     ``(hf_key, hf_whole)``: the row's key, and whether its ``field`` contains the whole word.
 
@@ -72,7 +73,6 @@ def _capped(rows: QuerySet[Any], field: str, word: str, limit: int) -> QuerySet[
     hold and none with ``ORD-``; checking them all read 1,161 pages of the table for nothing
     (9 ms, against none at 10k cases). Capped, the check reads at most ``limit`` rows, and a
     word whose key the index finds in ``limit`` rows says that its answer is not complete."""
-    key = _key_of(word)
     candidates = rows.filter(**{f"{field}__icontains": key}).order_by()
     if key == word:
         whole: Any = Value(True, output_field=BooleanField())
@@ -136,6 +136,40 @@ def _sql(query: QuerySet[Any]) -> tuple[str, tuple[Any, ...]]:
     return query.query.get_compiler(using=query.db).as_sql()
 
 
+# What a capped read's statement is compiled with, in place of the key and the whole word:
+# letters only, which the pattern's escaping leaves as they are and no other part of the
+# statement holds.
+_KEY_STANDIN, _WORD_STANDIN = "hfkeystandinqzx", "hfwordstandinqzx"
+_STANDINS = re.compile(f"{_KEY_STANDIN}|{_WORD_STANDIN}")
+
+
+@functools.lru_cache(maxsize=256)
+def _capped_statement(
+    model: str, alias: str, field: str, whole_too: bool, limit: int
+) -> tuple[str, tuple[Any, ...]]:
+    """:func:`_capped`'s statement for any word of one shape (its key alone, or its key and the
+    whole word), compiled once: the words are bound by :func:`_capped_sql`. Compiling a
+    three-word search's 21 reads through the ORM took 3.3 ms of every request."""
+    rows = apps.get_model(model)._default_manager.db_manager(alias).all()
+    word = _WORD_STANDIN if whole_too else _KEY_STANDIN
+    return _sql(_capped(rows, field, _KEY_STANDIN, word, limit))
+
+
+def _capped_sql(
+    rows: QuerySet[Any], field: str, word: str, limit: int
+) -> tuple[str, tuple[Any, ...]]:
+    """:func:`_capped`'s ``(SQL, params)`` for ``word``: the statement compiled once for its
+    shape, with the word's patterns bound as the ORM binds them (``%key%``, escaped)."""
+    key = _key_of(word)
+    sql, params = _capped_statement(rows.model._meta.label, rows.db, field, key != word, limit)
+    escape = connections[rows.db].ops.prep_for_like_query
+    bound = {_KEY_STANDIN: escape(key), _WORD_STANDIN: escape(word)}
+    return sql, tuple(
+        _STANDINS.sub(lambda standin: bound[standin[0]], param) if isinstance(param, str) else param
+        for param in params
+    )
+
+
 def _parts(
     rows: QuerySet[Any], fields: Sequence[str], words: Sequence[str], limit: int
 ) -> Iterator[tuple[_Part, str, tuple[Any, ...]]]:
@@ -152,12 +186,11 @@ def _parts(
         for f, field in enumerate(fields):
             path, _, attribute = field.rpartition("__")
             if not path or "__" in path:
-                yield (_Part(w, f), *_sql(_capped(rows, field, word, limit)))
+                yield (_Part(w, f), *_capped_sql(rows, field, word, limit))
                 continue
             link = model._meta.get_field(path)
-            sql, params = _sql(
-                _capped(link.related_model._default_manager.all(), attribute, word, limit)
-            )
+            related = link.related_model._default_manager.db_manager(rows.db).all()
+            sql, params = _capped_sql(related, attribute, word, limit)
             yield _Part(w, f, others=True), sql, params
             matching = f"SELECT o.hf_key FROM ({sql}) o WHERE o.hf_whole"  # noqa: S608
             table, key = quote(model._meta.db_table), quote(model._meta.pk.column)
