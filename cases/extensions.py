@@ -266,6 +266,28 @@ def on_request_joined(case: Case) -> None:
         hook(case)
 
 
+# --- when a case has opened (``cases.services.case_open``) ------------------------------------
+
+# Called as ``hook(case)`` once the new case's opening has committed (outside its transaction,
+# nothing locked): an upper app that keeps facts about the case's order learns that a case is
+# on it (reconciliation: the order's inbound events become its team's to see).
+OnCaseOpened = Callable[[Case], object]
+
+ON_CASE_OPENED: list[OnCaseOpened] = []
+
+
+def register_on_case_opened(hook: OnCaseOpened) -> OnCaseOpened:
+    if hook not in ON_CASE_OPENED:
+        ON_CASE_OPENED.append(hook)
+    return hook
+
+
+def on_case_opened(case: Case) -> None:
+    """Run the registered hooks, in registration order, for the committed new ``case``."""
+    for hook in ON_CASE_OPENED:
+        hook(case)
+
+
 # --- when a case's payload is purged (``cases.retention.case_purge``) ------------------------
 
 # Called as ``hook(case)`` inside the purge's step, the case locked: the rows an upper app keeps

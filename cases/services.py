@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -33,7 +34,7 @@ from cases.exceptions import (
     OpenCaseExists,
     TransitionRejected,
 )
-from cases.extensions import before_evidence_replaced, on_request_joined
+from cases.extensions import before_evidence_replaced, on_case_opened, on_request_joined
 from cases.followups import follow_up_refresh
 from cases.kernel import (
     KEEP,
@@ -298,6 +299,8 @@ def case_open(
                     head=created.hash,
                 )
                 enqueue_on_commit("reconciliation.tasks.source_check", case.pk)
+            # Once it has committed: what the upper apps keep about its order learns of it.
+            transaction.on_commit(partial(on_case_opened, case))
     except IntegrityError:
         existing = Case.objects.filter(account=account, request_key=request_key).first()
         if existing is not None:

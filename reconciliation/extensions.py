@@ -73,3 +73,10 @@ def register() -> None:
         )
     )
     extensions.register_self_settling(workers_may_settle, self_settling_kinds)
+    extensions.register_on_case_opened(_inbound_events_on_case)
+
+
+def _inbound_events_on_case(case) -> int:
+    from reconciliation.inbound import inbound_events_on_case
+
+    return inbound_events_on_case(order_id=case.order_id, account_id=case.account_id)

@@ -35,10 +35,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import Exists, F, Q
 from django.utils import timezone
 
 from approvals.services import proposal_invalidate_for_source_change
@@ -210,6 +211,7 @@ def inbound_event_process(*, event_id: str, client: OrderSystemClient | None = N
                     "account_reference",
                     "account",
                     "account_team",
+                    "on_case",
                 ]
             )
             return Processing.PROCESSED
@@ -268,18 +270,49 @@ def _record_failure(event_id: str, exc: Exception, account: str | None = None) -
                 "account_reference",
                 "account",
                 "account_team",
+                "on_case",
             ]
         )
         return Processing.FAILED
 
 
 def _set_account(event: InboundEvent, reference: str) -> None:
-    """The reported account reference, and our account of it with its team (none when we have
-    no such account): who may see the event is decided by them (``inbound_events_for``)."""
+    """The reported account reference, our account of it with its team (none when we have no
+    such account), and whether a case of that account is on the order: who may see the event
+    is decided by them (``inbound_events_for``). Called inside the event's transaction: a
+    case opening meanwhile is not seen here, nor does its own marking see this event until it
+    commits, so once it commits the event is asked again (:func:`inbound_events_on_case`)."""
     event.account_reference = reference
     event.account_id, event.account_team_id = CustomerAccount.objects.filter(
         reference=reference
     ).values_list("pk", "team_id").first() or (None, None)
+    event.on_case = (
+        event.account_id is not None and _cases_of(event.order_id, event.account_id).exists()
+    )
+    if event.account_id is not None and not event.on_case:
+        transaction.on_commit(
+            partial(inbound_events_on_case, order_id=event.order_id, account_id=event.account_id)
+        )
+
+
+def _cases_of(order_id: str, account_id: int):
+    return Case.objects.filter(order_id=order_id, account_id=account_id)
+
+
+def inbound_events_on_case(*, order_id: str, account_id: int) -> int:
+    """Mark the events of ``order_id`` whose account is ``account_id`` as on a case, when a case
+    of that account is on that order (committed, read in this statement); how many it marked.
+
+    Run after a case's opening commits (``cases.extensions.on_case_opened``) and after an
+    event's processing commits without finding a case: whichever of the two commits last
+    finds the other's row, so no interleaving leaves an event of a case unmarked. The
+    statement holds no lock but the rows it marks."""
+    return (
+        InboundEvent.objects.filter(order_id=order_id, account_id=account_id)
+        .exclude(on_case=True)
+        .filter(Exists(_cases_of(order_id, account_id)))
+        .update(on_case=True)
+    )
 
 
 def _apply_event(event: InboundEvent, account: str | None) -> str:

@@ -40,7 +40,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext, override_settings
 from django.utils import timezone
 
-SEED_VERSION = 8
+SEED_VERSION = 9  # 9: the webhooks say their case is on their order (on_case)
 GOAL_RATIO = 1.3
 GOAL_P95_MS = 500.0  # at the largest size
 PAGE_TIMEOUT_S = 30
@@ -275,13 +275,14 @@ def seed_sql(size: int, *, prefix: str, history: int = HISTORY_CASES) -> list[st
                c.updated_at + k * interval '1 minute', 'Order read', k, 'system', c.id
         FROM cases_case c CROSS JOIN generate_series(1, 2) k WHERE c.status = 'held'
         """,
-        # One order.updated webhook per case, processed (its account known), one in fifty
-        # failed and due again: the inbound events page and its filters.
+        # One order.updated webhook per case, processed (its account known, and its case on
+        # its order), one in fifty failed and due again: the inbound events page and its
+        # filters.
         """
         INSERT INTO reconciliation_inboundevent (
             id, event_id, type, order_id, order_version, occurred_at, body, received_at,
             deliveries, last_received_at, processing, attempts, last_error, processed_at,
-            next_attempt_at, outcome, account_reference, account_id, account_team_id
+            next_attempt_at, outcome, account_reference, account_id, account_team_id, on_case
         )
         SELECT c.id, 'evt-' || md5('inbound-' || c.id), 'order.updated', c.order_id, 2,
                c.updated_at, '{}'::jsonb, c.updated_at, 1, c.updated_at,
@@ -289,7 +290,7 @@ def seed_sql(size: int, *, prefix: str, history: int = HISTORY_CASES) -> list[st
                CASE WHEN c.id % 50 = 0 THEN 'The order system did not answer' ELSE '' END,
                CASE WHEN c.id % 50 <> 0 THEN c.updated_at END,
                CASE WHEN c.id % 50 = 0 THEN now() + interval '5 minutes' END, '', a.reference,
-               a.id, a.team_id
+               a.id, a.team_id, TRUE
         FROM cases_case c JOIN cases_customeraccount a ON a.id = c.account_id
         """,
         f"""

@@ -28,6 +28,7 @@ def team_event(case):
         account_reference=case.account.reference,
         account=case.account,
         account_team=case.account.team,
+        on_case=True,  # the case is on the order
         body={"event_id": "evt-review-1", "order_id": case.order_id, "delivery_date": "2030-01-02"},
     )
 
@@ -126,6 +127,9 @@ def test_events_stored_before_the_account_was_kept_get_it_from_their_reference(c
     # 0017, after it, gives the account's team.
     later = import_module("reconciliation.migrations.0017_inboundevent_account_team")
     assert later.set_teams(apps, SimpleNamespace(connection=connection)) == 1
+    # And 0018 whether a case of that account is on the order.
+    last = import_module("reconciliation.migrations.0018_inboundevent_on_case")
+    assert last.set_on_case(apps, SimpleNamespace(connection=connection)) == 1
     listed = {e.event_id for e in client.get(reverse(CHANGELIST)).context["cl"].result_list}
     assert listed == {"evt-a"}
 
@@ -163,6 +167,9 @@ def test_the_teams_of_events_stored_before_are_set_and_who_sees_what_does_not_ch
 
     migration = import_module("reconciliation.migrations.0017_inboundevent_account_team")
     assert migration.set_teams(apps, SimpleNamespace(connection=connection)) == 2
+    # And 0018, after it, whether a case of the account is on the order.
+    last = import_module("reconciliation.migrations.0018_inboundevent_on_case")
+    assert last.set_on_case(apps, SimpleNamespace(connection=connection)) == 2
 
     for event in (old_own, old_other, old_pending):
         event.refresh_from_db()

@@ -28,6 +28,7 @@ def _event(event_id: str, order_id: str, *, account=None, processing="failed") -
         account_reference=account.reference if account else "",
         account=account,
         account_team=account.team if account else None,
+        on_case=True if account else None,  # the account's case is on the order (``case``)
         processing=processing,
         attempts=5,
         last_error="order system unavailable: connection refused",
