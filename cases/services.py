@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -300,7 +299,8 @@ def case_open(
                 )
                 enqueue_on_commit("reconciliation.tasks.source_check", case.pk)
             # Once it has committed: what the upper apps keep about its order learns of it.
-            transaction.on_commit(partial(on_case_opened, case))
+            # Robust: the case is opened whatever they do (an error of theirs is logged).
+            transaction.on_commit(lambda: on_case_opened(case), robust=True)
     except IntegrityError:
         existing = Case.objects.filter(account=account, request_key=request_key).first()
         if existing is not None:

@@ -35,7 +35,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -290,8 +289,11 @@ def _set_account(event: InboundEvent, reference: str) -> None:
         event.account_id is not None and _cases_of(event.order_id, event.account_id).exists()
     )
     if event.account_id is not None and not event.on_case:
+        order_id, account_id = event.order_id, event.account_id
         transaction.on_commit(
-            partial(inbound_events_on_case, order_id=event.order_id, account_id=event.account_id)
+            # Robust: the event is processed whatever the marking does (its error is logged).
+            lambda: inbound_events_on_case(order_id=order_id, account_id=account_id),
+            robust=True,
         )
 
 

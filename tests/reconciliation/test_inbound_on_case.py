@@ -104,6 +104,23 @@ def test_an_event_processed_after_its_case_opened_is_the_teams_at_once(
     assert event.event_id not in _seen_by(outsider)
 
 
+def test_a_marking_that_fails_leaves_the_case_opened_and_says_so(
+    account, monkeypatch, django_capture_on_commit_callbacks, caplog
+):
+    """The marking runs after the case's opening commits: an error in it does not turn the
+    opened case into an error for whoever opened it (a retried intake would only find it)."""
+
+    def broken(**kwargs):
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(inbound, "inbound_events_on_case", broken)
+    with django_capture_on_commit_callbacks(execute=True):
+        case = _open(account)
+
+    assert case.pk is not None
+    assert "database went away" in caplog.text
+
+
 def test_a_case_of_another_account_or_on_another_order_marks_nothing(
     account, elsewhere_case, django_capture_on_commit_callbacks
 ):
