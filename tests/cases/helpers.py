@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 from django.utils import timezone
 
 from approvals.models import Operation
 from cases import kinds
-from cases.models import Case, CaseEvent
+from cases.models import Attempt, Case, CaseEvent
 
 
 def reload(case: Case) -> Case:
@@ -38,4 +40,19 @@ def make_operation(case: Case, *, confirmed: bool = False) -> Operation:
         change=case.change,
         change_hash=kinds.change_hash(case.change),
         confirmed_at=timezone.now() if confirmed else None,
+    )
+
+
+def make_attempt(case: Case, state: str = Attempt.State.RUNNING) -> Attempt:
+    """An attempt at the case's first operation (:func:`make_operation`), its lease 5 minutes
+    ahead; running unless ``state`` says otherwise."""
+    return Attempt.objects.create(
+        case=case,
+        operation=make_operation(case),
+        reference=f"{case.reference}-a1",
+        sequence=1,
+        worker="host:1",
+        fencing_token=case.pk * 1000 + 1,
+        state=state,
+        lease_expires_at=timezone.now() + dt.timedelta(minutes=5),
     )

@@ -3,18 +3,15 @@ their own, without the look."""
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
 
 from approvals.models import Proposal
 from cases.actions import allowed_transitions
 from cases.models import Attempt, CancellationRequest, Case, Status
 from cases.next_action import describe_next_action
-from tests.cases.helpers import make_operation
+from tests.cases.helpers import make_attempt, make_operation
 
 
 def _applied(case):
@@ -31,19 +28,6 @@ def _applied(case):
     )
 
 
-def _attempt(case, state):
-    Attempt.objects.create(
-        case=case,
-        operation=make_operation(case),
-        reference=f"{case.reference}-a1",
-        sequence=1,
-        worker="host:1",
-        fencing_token=case.pk * 1000 + 1,
-        state=state,
-        lease_expires_at=timezone.now() + dt.timedelta(minutes=5),
-    )
-
-
 def _cancellation(case, outcome):
     CancellationRequest.objects.create(
         case=case, reason="cancel please", via="api", requested_by_label="customer", outcome=outcome
@@ -52,9 +36,9 @@ def _cancellation(case, outcome):
 
 SITUATIONS = {
     "nothing yet": lambda case: None,
-    "an attempt running": lambda case: _attempt(case, Attempt.State.RUNNING),
-    "an attempt cancel requested": lambda case: _attempt(case, Attempt.State.CANCEL_REQUESTED),
-    "an attempt finished": lambda case: _attempt(case, Attempt.State.FAILED),
+    "an attempt running": lambda case: make_attempt(case, Attempt.State.RUNNING),
+    "an attempt cancel requested": lambda case: make_attempt(case, Attempt.State.CANCEL_REQUESTED),
+    "an attempt finished": lambda case: make_attempt(case, Attempt.State.FAILED),
     "an operation confirmed": _applied,
     "an operation not confirmed": make_operation,
     "a cancellation pending": lambda case: _cancellation(case, "pending"),

@@ -14,10 +14,10 @@ from django.utils import timezone
 from approvals.models import Operation
 from cases.exceptions import ActionNotPermitted
 from cases.kernel import SYSTEM
-from cases.models import Attempt, CancellationRequest, Case, CaseEvent, EvidenceReference, Status
+from cases.models import CancellationRequest, Case, CaseEvent, EvidenceReference, Status
 from cases.retention import PurgeRefused, case_purge, purge_expired, purgeable_cases
 from cases.services import case_transition, case_update_followup, evidence_record
-from tests.cases.helpers import make_operation, reload
+from tests.cases.helpers import make_attempt, reload
 
 RETENTION_DAYS = 30
 PAST_RETENTION = timezone.localdate() + dt.timedelta(days=RETENTION_DAYS + 1)
@@ -248,15 +248,7 @@ def test_open_cases_are_never_purged(make_case):
 
 
 def _active_attempt(case):
-    Attempt.objects.create(
-        case=case,
-        operation=make_operation(case),
-        reference=f"{case.reference}-a1",
-        sequence=1,
-        worker="host:1",
-        fencing_token=case.pk * 1000 + 1,
-        lease_expires_at=timezone.now() + dt.timedelta(minutes=5),
-    )
+    make_attempt(case)
 
 
 def _pending_cancellation(case):
