@@ -19,6 +19,7 @@ from typing import Any
 
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.paginator import Paginator
+from django.db import connections
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -26,6 +27,7 @@ from django.utils.translation import gettext
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
+from cases.disjoint import split_parts
 from cases.search import RESOLVED_MATCHES
 
 COUNT_CAP = 1_000
@@ -55,6 +57,23 @@ class BoundedCount(int):
         return str(self) if not spec else format(int(self), spec)
 
 
+def count_at_most(rows: Any, limit: int) -> int:
+    """How many of ``rows`` (a queryset) there are, reading at most ``limit`` of them: no ORDER
+    BY (nothing to sort for a count), only the primary key.
+
+    A queryset filtered by a :class:`cases.disjoint.EitherOf` is counted part by part where
+    the database takes a ``LIMIT`` in each part of a ``UNION ALL`` (PostgreSQL, not SQLite):
+    each part stops at ``limit`` in its own index, where the ``OR`` built every part's whole
+    bitmap first (the case list filtered by who is responsible now, at 1M cases: the person's
+    28k cases, the 28k they back up and the away owners' 83k, 12.8 ms, to count 1,001; part by
+    part, with ``case_backup_owner_idx``, 0.4 ms)."""
+    parts = split_parts(rows)
+    if parts and connections[rows.db].features.supports_slicing_ordering_in_compound:
+        counted = [part.order_by().values("pk")[:limit] for part in parts]
+        return min(counted[0].union(*counted[1:], all=True).count(), limit)
+    return rows.order_by().values("pk")[:limit].count()
+
+
 class BoundedCountPaginator(Paginator):
     """A paginator whose count reads at most :data:`COUNT_CAP` rows past the start of the page
     asked for (:meth:`for_page`, or :meth:`page` before anything read the count)."""
@@ -80,11 +99,7 @@ class BoundedCountPaginator(Paginator):
     def count(self) -> BoundedCount:
         bound = min((self.first_page - 1) * self.per_page + self.cap, ROW_BOUND)
         rows: Any = self.object_list
-        if hasattr(rows, "order_by"):
-            # No ORDER BY (nothing to sort for a count), only the primary key, at most bound + 1.
-            counted = rows.order_by().values("pk")[: bound + 1].count()
-        else:
-            counted = len(rows)
+        counted = count_at_most(rows, bound + 1) if hasattr(rows, "order_by") else len(rows)
         if counted > bound:
             return BoundedCount(bound, capped=True)
         return BoundedCount(counted)
