@@ -4,6 +4,7 @@ compares a page of 75 rows with one of 100 (seed version 7 did, on the ready que
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
 
 import pytest
@@ -45,3 +46,26 @@ def test_the_open_work_is_the_same_desk_at_every_size():
     # Every queue the bench filters on holds a full page of the bench team's cases.
     for status in ("ready", "awaiting_review"):
         assert short[(BENCH_TEAM_ID, status)] >= PAGE, status
+
+
+def test_each_timed_request_starts_with_the_earlier_garbage_collected():
+    """The pages are timed in the bench's own process: a collection of what earlier requests
+    (or phases) left must not land inside a page's time. Each timed request starts right after
+    a collection: no generation has counted anything yet."""
+    from types import SimpleNamespace
+
+    from lab.bench.lists import Page, _requests, _Samples
+
+    seen = []
+
+    class Client:
+        def get(self, path, params):
+            seen.append(gc.get_count())
+            self.kept = [[] for _ in range(20_000)]  # what the next request finds
+            return SimpleNamespace(status_code=200)
+
+    _requests(Client(), Page("a page", "/"), _Samples(), 3)
+    assert len(seen) == 4  # the warm-up, then three timed
+    for counts in seen[1:]:
+        assert counts[1:] == (0, 0), seen
+        assert counts[0] < 100, seen
