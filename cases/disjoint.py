@@ -70,20 +70,11 @@ def _path_to_parts(node: WhereNode, path: tuple[int, ...] = ()) -> tuple[int, ..
     return None
 
 
-def _found(node: Any, path: tuple[int, ...]) -> DisjointWhere:
-    child: Any = node.children[path[0]]
-    if len(path) > 1:
-        return _found(child, path[1:])
-    found = _parts_of(child)
-    assert found is not None  # (the path leads to it)
-    return found
-
-
-def _replaced(node: Any, path: tuple[int, ...], part: Any) -> None:
-    if len(path) == 1:
-        node.children[path[0]] = part
-    else:
-        _replaced(node.children[path[0]], path[1:], part)
+def _holder(node: Any, path: tuple[int, ...]) -> Any:
+    """The node whose child the last index of ``path`` names."""
+    for index in path[:-1]:
+        node = node.children[index]
+    return node
 
 
 def split_parts(rows: Any) -> list[Any] | None:
@@ -96,10 +87,12 @@ def split_parts(rows: Any) -> list[Any] | None:
     path = _path_to_parts(query.where)
     if path is None:
         return None
+    found = _parts_of(_holder(query.where, path).children[path[-1]])
+    assert found is not None  # (the path leads to it)
     queries = []
-    for part in _found(query.where, path).children:
-        one = query.clone()
-        _replaced(one.where, path, part)
+    for part in found.children:
+        one = query.clone()  # (its where is a copy, node for node: the same path leads in it)
+        _holder(one.where, path).children[path[-1]] = part
         chained = rows._chain()
         chained.query = one
         queries.append(chained)

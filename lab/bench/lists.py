@@ -20,11 +20,10 @@ for up to 102 ms (five in one run's list pages, 372 ms in all), where a served w
 heap is small. So every object alive when the pages start is frozen out of collection
 (``gc.freeze``), and each timed request starts after a collection it does not time: a
 request's own garbage is collected inside its time, as a server would. Each line gives the
-page's median
-time at the large size and the small one with [min–max], its p95 at the large size, the query
-count at each size (``CaptureQueriesContext``), and the ratio of the medians; a page meets the
-goal when the ratio is at most :data:`GOAL_RATIO`, its p95 at the large size at most
-:data:`GOAL_P95_MS` and its query count the same at every size.
+page's median time at the large size and the small one with [min–max], its p95 at the large
+size, the query count at each size (``CaptureQueriesContext``), and the ratio of the medians; a
+page meets the goal when the ratio is at most :data:`GOAL_RATIO`, its p95 at the large size at
+most :data:`GOAL_P95_MS` and its query count the same at every size.
 """
 
 # ruff: noqa: S608 - the seed's SQL interpolates this module's own integers and names only.
