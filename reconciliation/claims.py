@@ -172,6 +172,10 @@ class Claimed:
     restored: bool
     # When the live approval was decided: the start of the approve → applied latency.
     approval_decided_at: dt.datetime | None = None
+    # PostgreSQL's ``synchronous_commit`` for the claim's commit: ``off`` when the claim was
+    # its own transaction (``cases.kernel.pg_claim_statement``), else the caller's (None: the
+    # ORM's claim, on other databases).
+    synchronous_commit: str | None = None
 
 
 def _claim_query(now: dt.datetime) -> QuerySet[Proposal]:
@@ -463,14 +467,15 @@ _PG_GUARDS = f"""
 
 
 @functools.cache
-def _pg_claim_statement(next_due: bool) -> str:
+def _pg_claim_statement(next_due: bool, *, own_commit: bool = True) -> str:
     """The whole claim as one statement (``cases.kernel.pg_claim_statement``): the read, the
-    guards, and the kernel's write of a row that passes them."""
+    guards, and the kernel's write of a row that passes them; ``own_commit``: the statement is
+    its own transaction."""
     reads = (
         f"{_pg_read_ctes(next_due)}, claim_ok AS (SELECT *, "  # noqa: S608 - fixed text
         f"COALESCE(hf_last_sequence, 0) + 1 AS hf_sequence FROM claim_read WHERE {_PG_GUARDS})"
     )
-    return pg_claim_statement(reads)
+    return pg_claim_statement(reads, own_commit=own_commit)
 
 
 def _claim_read_sql(now: dt.datetime, *, case_id: int | None, skip: set[int]) -> _ClaimRow | None:
@@ -779,13 +784,16 @@ def _claim_one(
             "identity": identity,
             "seen_epoch": read_epoch(identity) if identity else None,
         }
-        values = fetchone_named(_pg_claim_statement(case_id is None), params)
+        statement = _pg_claim_statement(case_id is None, own_commit=not connection.in_atomic_block)
+        values = fetchone_named(statement, params)
         if values is None:
             return None
         row = _row_from(values)
-        attempt_id, event_id = values[-2:]
+        commit, attempt_id, event_id = values[-3:]
         if attempt_id is not None:
-            return _claimed(row, attempt_id, worker=worker, kind=kind, now=now, lease=lease)
+            claimed = _claimed(row, attempt_id, worker=worker, kind=kind, now=now, lease=lease)
+            claimed.synchronous_commit = commit
+            return claimed
         if _claim_refusal(row, now=now, version=version) is not None:
             return row.case_id
         _source_check_due(row, now=now, source_checked=source_checked)

@@ -2,7 +2,9 @@
 
 - pgbench: ``pgbench -i -s 1`` once, then ``pgbench -N -T <s>`` with 1 and 4 clients;
 - raw SQL ``FOR UPDATE SKIP LOCKED``: claims of N ready rows of a scratch table, one
-  transaction per claim, 1 and 4 client threads (psycopg, no Django);
+  transaction per claim, 1 and 4 client threads (psycopg, no Django); with 1 thread also
+  committed as Holdfast's claim commits, without waiting for the disk (``synchronous_commit``
+  off): the goal's anchor waits, and this one shows what the same commit buys the raw claim;
 - django-q2: N no-op tasks (``lab.bench.tasks.noop``) through the ORM broker, run by a real
   ``qcluster`` (``lab.bench.cluster``).
 """
@@ -123,7 +125,9 @@ def _claim_until_empty(conn: psycopg.Connection, index: int) -> int:
         claimed += 1
 
 
-def raw_claims(rows: int, threads: int) -> float:
+def raw_claims(rows: int, threads: int, *, asynchronous: bool = False) -> float:
+    """Claims per second of ``rows`` ready rows by ``threads`` threads; ``asynchronous``: each
+    claim's commit does not wait for the disk (as Holdfast's claim's own commit)."""
     _raw_table(rows)
     claimed = [0] * threads
     errors: list[BaseException] = []
@@ -132,6 +136,8 @@ def raw_claims(rows: int, threads: int) -> float:
     def claimer(index: int) -> None:
         try:
             with psycopg.connect(conninfo(), autocommit=True) as conn:
+                if asynchronous:
+                    conn.execute("SET synchronous_commit = off")
                 barrier.wait()
                 claimed[index] = _claim_until_empty(conn, index)
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread

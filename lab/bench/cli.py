@@ -387,6 +387,7 @@ class Round:
         rows = options["raw_rows"]
         self.timed("raw", s["raw1"], partial(anchors.raw_claims, rows, 1))
         self.run.attempt(s["raw4"], partial(anchors.raw_claims, rows, 4))
+        self.run.attempt(s["raw1_async"], partial(anchors.raw_claims, rows, 1, asynchronous=True))
 
     def backlog(self) -> dict[int, str] | None:
         """The round's approved cases for the end-to-end run. Seeded early: the order system's

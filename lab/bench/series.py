@@ -74,6 +74,7 @@ def all_series() -> dict[str, Series]:
         "pg4": Series("tps"),
         "raw1": Series("claims/s"),
         "raw4": Series("claims/s"),
+        "raw1_async": Series("claims/s"),  # 1 thread, commits not waiting for the disk
         "claim": Series("claims/s"),
         "queries": Series("queries"),
         "commits": Series("commits"),

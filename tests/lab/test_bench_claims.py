@@ -40,3 +40,23 @@ def test_a_first_window_of_claims_counts_one_commit_per_claim(tmp_path, monkeypa
     assert run.series["next_commits"].values == [1.0]
     assert run.series["queries"].values == [1.0]
     assert run.series["next_queries"].values == [1.0]
+
+
+def test_the_raw_anchor_claims_every_row_once_whether_its_commits_wait_or_not():
+    """The goal's anchor waits for each commit's flush; the one printed beside it does not, as
+    Holdfast's claim's own commit. Each claims every ready row exactly once (a row left or
+    claimed twice is a Skip, not a rate)."""
+    from lab.bench import anchors
+
+    try:
+        for asynchronous in (False, True):
+            assert anchors.raw_claims(60, 1, asynchronous=asynchronous) > 0
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT count(*), count(*) FILTER (WHERE state = 'claimed') "  # noqa: S608
+                    f"FROM {anchors.RAW_TABLE}"
+                )
+                assert cursor.fetchone() == (60, 60)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TABLE IF EXISTS {anchors.RAW_TABLE}")

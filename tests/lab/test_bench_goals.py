@@ -109,6 +109,19 @@ def test_the_claim_goal_takes_the_next_due_claim_and_wants_one_commit():
     assert g.claim_goal(s).startswith("[NOT met] (4)")
 
 
+def test_the_claim_goal_shows_beside_it_the_raw_claim_committed_as_the_claim_commits():
+    """The claim's own commit does not wait for the disk; the goal's anchor does, and stays the
+    verdict's. Beside it, the raw claim committed the same way (measured): its ratio, or
+    nothing when it was not measured."""
+    assert "not waiting" not in g.claim_goal(_measured())
+    s = _measured()
+    s["raw1_async"].values = [1200.0, 1240.0, 1280.0]
+    line = g.claim_goal(s)
+    assert line.startswith("[met] (4)")  # 310 / 620, as without it
+    assert "claim_next_due 0.50×" in line
+    assert "0.25× the raw claim committed as it is, not waiting for the disk" in line
+
+
 def test_approve_to_done_needs_both_p50_and_p99():
     line = g.approve_goal(_measured())
     assert line.startswith("[met] (5)")

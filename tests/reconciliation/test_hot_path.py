@@ -648,3 +648,90 @@ def test_the_writes_nothing_reads_go_with_the_next_statement(approved_case, live
         "cases.case.transitioned",
     ]
     assert len(_applied(live_orders, "ORD-7731")) == 1
+
+
+def _synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return cursor.fetchone()[0]
+
+
+@postgres_only
+def test_a_claim_of_its_own_commits_without_waiting_and_leaves_a_callers_commit_alone(
+    approved_case, live_orders, account
+):
+    """Issue 27: a claim that is its own transaction commits with ``synchronous_commit`` off,
+    for that transaction alone (the session's stays on); inside a caller's transaction the
+    claim leaves the caller's commit as it is (fails if the claim set it for the session, or
+    for a caller's transaction: what the caller writes after the claim would not wait)."""
+    from django.db import transaction
+
+    from reconciliation.claims import claim_case
+
+    one, other = (approved_case(order_id=o) for o in _orders(live_orders, account, 2))
+    source_verified()
+    assert _synchronous_commit() == "on"
+    claimed = claim_case(case_id=one.pk, worker=WORKER)
+    assert claimed.synchronous_commit == "off"
+    assert _synchronous_commit() == "on"
+    with transaction.atomic():
+        inside = claim_case(case_id=other.pk, worker=WORKER)
+        assert inside.synchronous_commit == "on"
+        assert _synchronous_commit() == "on"
+    assert Attempt.objects.filter(case__in=[one, other]).count() == 2
+
+
+@postgres_only
+def test_the_order_systems_write_leaves_after_a_commit_that_waited_for_the_claim(
+    approved_case, live_orders, monkeypatch
+):
+    """Issue 27: the claim's own commit does not wait for the disk, so what makes the claim
+    durable before anything leaves is the worker's next commit: the send's mark, committed
+    (another connection sees it) and waited for (``synchronous_commit`` on, outside any
+    transaction) before the order system's write, with the log flushed past the claim's
+    records (fails if the write could leave on the claim's commit alone)."""
+    from reconciliation import apply as apply_module
+    from reconciliation.client import OrderSystemClient
+    from tests.support.db_roles import role_connection
+
+    seen: dict = {}
+    claim, send = apply_module.claim_case, OrderSystemClient.apply_operation
+
+    def claimed_then_located(**kwargs):
+        claimed = claim(**kwargs)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_current_wal_insert_lsn()::text")
+            seen["after_claim"] = cursor.fetchone()[0]
+        seen["claim_commit"] = claimed.synchronous_commit
+        return claimed
+
+    def watched(self, *args, **kwargs):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT current_setting('synchronous_commit'), "
+                "pg_current_wal_flush_lsn() >= %s::pg_lsn",
+                [seen["after_claim"]],
+            )
+            seen["setting"], seen["flushed"] = cursor.fetchone()
+        seen["in_transaction"] = connection.in_atomic_block
+        user = connection.settings_dict["USER"] or "postgres"
+        with role_connection(user, autocommit=True) as other:
+            seen["mark_committed"] = other.execute(
+                "SELECT submitted_at IS NOT NULL FROM cases_attempt WHERE case_id = %s",
+                [case.pk],
+            ).fetchone()[0]
+        return send(self, *args, **kwargs)
+
+    monkeypatch.setattr(apply_module, "claim_case", claimed_then_located)
+    monkeypatch.setattr(OrderSystemClient, "apply_operation", watched)
+    case = approved_case()
+    source_verified()
+    assert apply_case(case_id=case.pk) == "done"
+    assert seen == {
+        "after_claim": seen["after_claim"],
+        "claim_commit": "off",
+        "setting": "on",
+        "flushed": True,
+        "in_transaction": False,
+        "mark_committed": True,
+    }
