@@ -11,19 +11,23 @@ is reused while its
 ``bench_list_seed`` row names this module's :data:`SEED_VERSION` and its size; otherwise it is
 dropped and seeded again.
 
-The pages are requested through Django's test ``Client`` as ``bench_lead``, a staff member of
-one of the four teams (lead and approver, not a superuser: the team scoping is exercised), in
-interleaved rounds (each page at every size in turn, ``repeat`` times after a warm-up request,
-in each round). The requests run in the bench's own process, which holds what its earlier phases
-left (the end-to-end runs, the memory run): a full garbage collection there paused a request
-for up to 102 ms (five in one run's list pages, 372 ms in all), where a served worker's own
-heap is small. So every object alive when the pages start is frozen out of collection
-(``gc.freeze``), and each timed request starts after a collection it does not time: a
-request's own garbage is collected inside its time, as a server would. Each line gives the
-page's median time at the large size and the small one with [min–max], its p95 at the large
-size, the query count at each size (``CaptureQueriesContext``), and the ratio of the medians; a
-page meets the goal when the ratio is at most :data:`GOAL_RATIO`, its p95 at the large size at
-most :data:`GOAL_P95_MS` and its query count the same at every size.
+The pages are requested through Django's test ``Client`` as ``bench_lead``, a staff member of one of
+the four teams (lead and approver, not a superuser: the team scoping is exercised), in interleaved
+rounds: in each, every page after a warm-up request at every size, then ``repeat`` times at each
+size in turn, request by request (the first size first, then the last first: :func:`in_turn`). Each
+size is served by a thread of its own whose connection stays open on its database (:class:`_Side`),
+so turning from one size to the other reconnects nothing; as blocks of a size's requests, a slow
+moment of the shared machine (its calibration read 16.7 ms at the start of one run and 25.4 at its
+end) fell on one side of a ratio only. The requests run in the bench's own process, which holds what
+its earlier phases left (the end-to-end runs, the memory run): a full garbage collection there
+paused a request for up to 102 ms (five in one run's list pages, 372 ms in all), where a served
+worker's own heap is small. So every object alive when the pages start is frozen out of collection
+(``gc.freeze``), and each timed request starts after a collection it does not time: a request's own
+garbage is collected inside its time, as a server would. Each line gives the page's median time at
+the large size and the small one with [min–max], its p95 at the large size, the query count at each
+size (``CaptureQueriesContext``), and the ratio of the medians; a page meets the goal when the ratio
+is at most :data:`GOAL_RATIO`, its p95 at the large size at most :data:`GOAL_P95_MS` and its query
+count the same at every size.
 """
 
 # ruff: noqa: S608 - the seed's SQL interpolates this module's own integers and names only.
@@ -35,6 +39,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -564,18 +569,79 @@ def _client() -> Client:
     return client
 
 
-def _measure(client: Client, page: Page, entry: _Samples, repeat: int) -> None:
+class _Side:
+    """One size's side of the comparison: a thread of its own, whose Django connection (one per
+    thread) stays open on database ``name`` for every request it is given, and its logged-in
+    client. Only this side's thread uses them."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"bench-{name}")
+        self.client: Client = self.run(self._attach)
+
+    def _attach(self) -> Client:
+        # This thread's connection, on its own copy of the settings (the wrappers of every
+        # thread share the configured dict): its database, each statement of the measured
+        # pages cut at PAGE_TIMEOUT_S (a page reading every case at 1M would hold the bench
+        # for minutes per request; it counts as missed).
+        settings_dict = connection.settings_dict
+        connection.close()
+        connection.settings_dict = {
+            **settings_dict,
+            "NAME": self.name,
+            "OPTIONS": {
+                **settings_dict["OPTIONS"],
+                "options": f"-c statement_timeout={PAGE_TIMEOUT_S * 1000}",
+            },
+        }
+        return _client()
+
+    def run(self, work: Callable[..., Any], *args: Any) -> Any:
+        """``work(*args)`` on this side's thread and connection; its result (or its error)."""
+        return self._thread.submit(work, *args).result()
+
+    def close(self) -> None:
+        self.run(lambda: connection.close())  # this side's connection, read on its thread
+        self._thread.shutdown()
+
+
+def in_turn(sizes: tuple[int, ...], repeat: int) -> Iterator[int]:
+    """The sizes of ``repeat`` rounds of one request at each size: in order, then reversed,
+    and so on (neither size always first after the other's request)."""
+    for number in range(repeat):
+        yield from (sizes if number % 2 == 0 else reversed(sizes))
+
+
+def _measure_in_turn(
+    sides: dict[int, _Side], page: Page, entries: dict[int, _Samples], repeat: int
+) -> None:
+    """One round of ``page``: a warm-up request at each size, then ``repeat`` timed ones at each
+    size, alternated (:func:`in_turn`)."""
+    sizes = tuple(sides)
+    for size in sizes:
+        _measure(sides[size], page, entries[size], warm=True)
+    for size in in_turn(sizes, repeat):
+        _measure(sides[size], page, entries[size])
+
+
+def _measure(side: _Side, page: Page, entry: _Samples, *, warm: bool = False) -> None:
     if entry.failed:
         return  # timed out once: not asked again
     try:
-        _requests(client, page, entry, repeat)
+        if warm:  # this connection, caches, the session
+            side.run(side.client.get, page.path, page.params)
+        else:
+            side.run(lambda: _requests(side.client, page, entry, 1, warm=False))
     except DatabaseError as exc:  # the statement timeout
         entry.failed = f"{type(exc).__name__} after {PAGE_TIMEOUT_S} s"
         entry.ms.append(PAGE_TIMEOUT_S * 1000.0)
 
 
-def _requests(client: Client, page: Page, entry: _Samples, repeat: int) -> None:
-    client.get(page.path, page.params)  # warm: this connection, caches, the session
+def _requests(client: Client, page: Page, entry: _Samples, repeat: int, warm: bool = True) -> None:
+    """``repeat`` timed requests of ``page`` (after a warm-up one, if ``warm``), each started
+    right after a collection it does not time; on the calling thread's connection."""
+    if warm:
+        client.get(page.path, page.params)  # this connection, caches, the session
     for _ in range(repeat):
         gc.collect()  # (untimed: the earlier requests' garbage, not this page's)
         with CaptureQueriesContext(connection) as captured:
@@ -627,24 +693,23 @@ def measure_list_pages(
     axes_level = axes.level
     axes.setLevel(logging.WARNING)  # not a login line per round
     with override_settings(REST_FRAMEWORK=unthrottled, DEBUG=False):
-        clients = {}
-        for size in sizes:
-            with _database(names[size]):
-                clients[size] = _client()
+        sides = {size: _Side(names[size]) for size in sizes}
         gc.collect()
         gc.freeze()  # what the earlier phases left is not collected during the pages
         try:
-            # Interleaved: each round takes every page at every size in turn, so a slow
-            # moment of the shared machine falls on both sides of a ratio.
+            # Interleaved: each round takes every page at every size in turn, request by
+            # request, so a slow moment of the shared machine falls on both sides of a ratio.
             for number in range(rounds):
                 progress(f"list pages round {number + 1}/{rounds}")
                 for page in listed:
-                    for size in sizes:
-                        with _database(names[size]):
-                            entry = samples.setdefault((page.name, size), _Samples())
-                            _measure(clients[size], page, entry, repeat)
+                    entries = {
+                        size: samples.setdefault((page.name, size), _Samples()) for size in sizes
+                    }
+                    _measure_in_turn(sides, page, entries, repeat)
         finally:
             gc.unfreeze()
+            for side in sides.values():
+                side.close()
     axes.setLevel(axes_level)
     ok = True
     worst_ratio, worst_p95 = (0.0, ""), (0.0, "")

@@ -69,3 +69,71 @@ def test_each_timed_request_starts_with_the_earlier_garbage_collected():
     for counts in seen[1:]:
         assert counts[1:] == (0, 0), seen
         assert counts[0] < 100, seen
+
+
+def test_the_sizes_take_their_requests_in_turn_neither_always_first():
+    """Each page's timed requests alternate between the sizes, request by request: as a block of
+    one size's requests then the other's, a slow moment of the shared machine fell on one side
+    of the ratio only."""
+    from lab.bench.lists import in_turn
+
+    assert list(in_turn((10_000, 1_000_000), 4)) == [
+        10_000,
+        1_000_000,
+        1_000_000,
+        10_000,
+        10_000,
+        1_000_000,
+        1_000_000,
+        10_000,
+    ]
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_each_side_keeps_its_own_connection_open_on_its_database_across_requests(monkeypatch):
+    """A size's requests run on a thread of its own whose connection stays open on its database
+    (turning to the other size reconnects nothing), without touching the caller's connection;
+    a round gives each size its timed requests, in turn, and their query counts."""
+    from django.contrib.auth import get_user_model
+
+    from lab.bench import lists
+    from lab.bench.lists import BENCH_USERNAME, Page, _measure_in_turn, _Samples, _Side
+
+    asked: list[int] = []
+    timed = lists._requests
+
+    def recorded(client, *args, **kwargs):
+        asked.append(next(size for size, side in sides.items() if side.client is client))
+        return timed(client, *args, **kwargs)
+
+    monkeypatch.setattr(lists, "_requests", recorded)
+
+    get_user_model().objects.create_user(BENCH_USERNAME, password="x", is_staff=True)
+    name = connection.settings_dict["NAME"]
+
+    def where() -> tuple[str, int]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_database(), pg_backend_pid()")
+            return cursor.fetchone()
+
+    mine = where()
+    sides = {1: _Side(name), 2: _Side(name)}
+    try:
+        first = {size: side.run(where) for size, side in sides.items()}
+        entries = {size: _Samples() for size in sides}
+        _measure_in_turn(sides, Page("the admin's home", "/admin/"), entries, 3)
+        after = {size: side.run(where) for size, side in sides.items()}
+    finally:
+        for side in sides.values():
+            side.close()
+    assert asked == [1, 2, 2, 1, 1, 2]
+    assert first == after  # the same backend before and after the requests
+    assert {db for db, _ in first.values()} == {name}
+    assert len({pid for _, pid in first.values()} | {mine[1]}) == 3
+    assert where() == mine
+    assert connection.settings_dict["NAME"] == name
+    for entry in entries.values():
+        assert len(entry.ms) == 3
+        assert not entry.failed
+        assert len(entry.queries) == 1
