@@ -51,6 +51,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+# httpx imports its transport (httpcore, h11) when the first client is built: 73 ms of CPU, in
+# each worker process of a cluster. Imported with this module, it is loaded once, in the
+# process the workers are forked from.
+import httpcore  # noqa: F401
 import httpx
 
 from cases import kinds
