@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
+from django.forms.models import BaseInlineFormSet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -66,9 +67,20 @@ class EventWords:
         return f"v{obj.version}: {before or '—'} → {after or '—'}"
 
 
+class RowsOfThePage(BaseInlineFormSet):
+    """Each row is given the object of the page it is shown on, not left to read it again: a
+    row's name can name its parent (an audit event is "D-41 v7: …"), one query per row."""
+
+    def _construct_form(self, i: int, **kwargs: Any) -> Any:
+        form = super()._construct_form(i, **kwargs)  # type: ignore[misc] # Django's own hook
+        self.fk.set_cached_value(form.instance, self.instance)
+        return form
+
+
 class ReadOnlyInline(admin.TabularInline):
     """History shown on a page: nothing is added, changed or deleted from an inline."""
 
+    formset = RowsOfThePage
     extra = 0
     can_delete = False
     show_change_link = False

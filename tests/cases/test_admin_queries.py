@@ -198,25 +198,31 @@ def test_desk_search_by_reference_order_and_account_is_an_index_lookup(db, looku
     assert index in plan, plan
 
 
+def _record_evidence(case: Case, actor, reference: str) -> None:
+    """One piece of evidence, with its audit event, through the service."""
+    from cases import services
+
+    services.evidence_record(
+        case=case,
+        expected_version=reload(case).version,
+        actor=actor,
+        source_system="email",
+        external_reference=reference,
+        kind="customer_request",
+        permitted_basis="contract",
+        summary="The customer's mail",
+    )
+
+
 def test_the_case_page_and_the_events_list_name_who_acted_without_a_query_per_event(
     as_lead, lead, case
 ):
     """Each audit event reads who acted ("Lena Lead recorded evidence …"): the case page's
     audit trail and the events list read the person with the event, not once per event."""
-    from cases import services
 
     def record(n: int) -> None:
         for i in range(n):
-            services.evidence_record(
-                case=case,
-                expected_version=reload(case).version,
-                actor=lead,
-                source_system="email",
-                external_reference=f"msg-{n}-{i}",
-                kind="customer_request",
-                permitted_basis="contract",
-                summary="The customer's mail",
-            )
+            _record_evidence(case, lead, f"msg-{n}-{i}")
 
     def people_read(url: str, params: dict | None = None) -> int:
         as_lead.get(url, params or {})
@@ -235,3 +241,37 @@ def test_the_case_page_and_the_events_list_name_who_acted_without_a_query_per_ev
     many = (people_read(page), _queries(as_lead, events, {"q": case.reference})[0])
 
     assert many == few
+
+
+@pytest.mark.order_system
+def test_the_case_page_costs_the_same_queries_however_long_the_cases_history(
+    as_lead, lead, approved_case, live_orders, settings
+):
+    """A case page reads its history with the page: more attempts, evidence and audit events
+    cost no more queries. Each audit event's name read its case again ("D-41 v7: …"): 46
+    queries after one attempt, 58 after five."""
+    from reconciliation.apply import apply_case
+
+    settings.ATTEMPT_LIMIT = 20
+    settings.RETRY_JITTER = 0
+    case = approved_case()
+    page = reverse("admin:cases_case_change", args=[case.pk])
+
+    def grow(n: int) -> None:
+        """``n`` more attempts, each refused before the order system's commit (a transient
+        ending: the case is ready again), and ``n`` more pieces of evidence."""
+        live_orders.set_fault("fail_before_commit", path_prefix="/orders/", times=n)
+        for i in range(n):
+            assert apply_case(case_id=case.pk) == "transient"
+            _record_evidence(case, lead, f"msg-{n}-{i}")
+
+    grow(1)
+    few, _ = _queries(as_lead, page)
+    events, attempts = CaseEvent.objects.filter(case=case).count(), case.attempts.count()
+    grow(4)
+    many, response = _queries(as_lead, page)
+
+    assert case.attempts.count() == attempts + 4
+    assert CaseEvent.objects.filter(case=case).count() >= events + 8
+    assert response.content.decode().count(f"{case.reference}-a") >= 5  # every attempt shown
+    assert many == few, (few, many)
