@@ -165,8 +165,27 @@ def raw_claims(rows: int, threads: int, *, asynchronous: bool = False) -> float:
 
 
 def noop_tasks(run: Run, count: int, number: int) -> float:
+    """django-q2 no-op tasks by a fresh cluster: their rate; their CPU per task goes to the
+    ``cpu noop`` series."""
+    rate, cpu = _noop_run(run, count, f"noop-{number}")
+    if cpu is not None:
+        run.series["cpu noop"].add(cpu)
+    return rate
+
+
+def noop_cpu(run: Run, count: int, number: int) -> float | None:
+    """The no-op tasks' CPU per task, read again before the round's end-to-end run: with the
+    reading after it, the end-to-end run's CPU is compared with a no-op read on both sides
+    of it, not only a minute later (this machine's speed moved 70% within one run)."""
+    return _noop_run(run, count, f"noop-before-{number}")[1]
+
+
+def _noop_run(run: Run, count: int, name: str) -> tuple[float, float | None]:
+    """``count`` no-op tasks by a fresh cluster: their rate, and the CPU per task of its
+    cluster and PostgreSQL backends (None when /proc cannot be read)."""
     quiet()
-    with qcluster(run.log_dir, f"noop-{number}") as process:
+    cpu_ms = None
+    with qcluster(run.log_dir, name) as process:
         warm(process)
         cpu = CpuSplit.start(sessions={"workers": process.pid}, databases={"pg": run.db_name})
         start = time.perf_counter()
@@ -175,5 +194,5 @@ def noop_tasks(run: Run, count: int, number: int) -> float:
         elapsed = time.perf_counter() - start
         if cpu is not None:
             # The cluster's side only: the enqueue is the bench's.
-            run.series["cpu noop"].add(sum(cpu.per_apply_ms(count).values()))
-    return count / elapsed
+            cpu_ms = sum(cpu.per_apply_ms(count).values())
+    return count / elapsed, cpu_ms

@@ -365,6 +365,12 @@ class Round:
             "next-due claim", s["next"], partial(claims.claims_next_due, run, options["cases"])
         )
         e2e_before, noop_before = len(s["e2e"].values), len(s["noop"].values)
+        if backlog is not None:
+            self.timed(
+                "no-op before",
+                s["cpu noop before"],
+                partial(anchors.noop_cpu, run, options["noop_tasks"], self.number),
+            )
         self.end_to_end(backlog)
         # After the end-to-end run: the order system's backends flush meanwhile.
         self.timed(

@@ -97,6 +97,7 @@ def all_series() -> dict[str, Series]:
         "cpu the order system's": Series("ms"),
         "cpu all": Series("ms"),
         "cpu noop": Series("ms"),
+        "cpu noop before": Series("ms"),
         "multi": Series("applies/s"),
         "bare": Series("writes/s"),
         "cpu bare order system": Series("ms"),

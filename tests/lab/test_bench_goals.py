@@ -100,6 +100,30 @@ def test_cpu_counts_the_workers_and_their_backends_against_the_no_op():
     assert g.cpu_goal(s).startswith("[NOT met] (3)")
 
 
+def test_the_cpu_goal_takes_the_no_op_read_on_both_sides_of_the_end_to_end_run():
+    """The machine's speed moves within a run: the no-op's CPU read before the round's end to
+    end and after it, their mean is what the round's apply is compared with."""
+    from lab.bench.report import noop_words
+
+    s = _measured()
+    s["cpu noop before"].values = [5.0, 5.0, 5.0]
+    line = g.cpu_goal(s)
+    # (5 + 1) / ((3 + 5) / 2) = 1.50; the rounds 5/4, 6/4, 7/4
+    assert line.startswith("[met] (3)")
+    assert "1.50× (per round 1.25–1.75×)" in line
+    assert "vs 4.00 ms" in line
+    words = noop_words(s)
+    assert words.startswith("; a django-q2 no-op task costs 4.00 ms")
+    assert "the mean of 5.00 ms [5.00–5.00] read before the end-to-end run" in words
+    assert "3.00 ms [3.00–3.00] after it" in words
+
+    s["cpu noop before"].values = [5.0, 5.0]  # a round without it: the reading after alone
+    assert "2.00× (per round 1.67–2.33×)" in g.cpu_goal(s)
+    assert "before" not in noop_words(s)
+    s["cpu noop"].values = []
+    assert noop_words(s) == ""
+
+
 def test_the_claim_goal_takes_the_next_due_claim_and_wants_one_commit():
     line = g.claim_goal(_measured())
     assert line.startswith("[met] (4)")
