@@ -14,10 +14,10 @@ sentinel's methods (``spawn_process``), so a worker process runs on top of that 
 which holds the sentinel object and, with it, the cluster's ``stop_event``: a
 ``multiprocessing.Event`` the cluster's main process sets when it is told to stop, shared by
 every process forked from it. The worker's own call stack leads to it, a few dozen frames; a
-search of the whole heap for the sentinel took 9-36 ms of CPU in each new worker process and
-touched every object, so the pages the worker shared with the sentinel were copied. Outside a
-cluster's worker (``run_worker``, which handles SIGTERM itself; tests; django-q2's sync mode)
-there is none, and :func:`stopping` is never true.
+search of the whole heap for the sentinel took 36-55 ms of CPU in each new worker process and
+touched every object, so the pages the worker shared with the sentinel were copied (34 MiB).
+Outside a cluster's worker (``run_worker``, which handles SIGTERM itself; tests; django-q2's
+sync mode) there is none, and :func:`stopping` is never true.
 """
 
 from __future__ import annotations
