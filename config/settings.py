@@ -178,8 +178,15 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # and the workers need. A host with spare cores and long reports may allow some
     # (DB_PARALLEL_WORKERS_PER_QUERY=2).
     _parallel = env_int("DB_PARALLEL_WORKERS_PER_QUERY", 0, minimum=0)
+    # No JIT compilation by default. PostgreSQL compiles a statement whose estimated cost passes
+    # jit_above_cost, and its estimate is the table statistics', not the rows': the decision
+    # page's approvers (approvals.selectors.eligible_approvers: six joins, three users) were
+    # estimated past it on a desk whose tables were new, and each asking compiled 105 functions
+    # for 640 ms of CPU to read three rows in 2 ms. Holdfast's statements are short; none needs
+    # it. DB_JIT=1 gives the choice back to the server's settings.
+    _jit = "" if env_bool("DB_JIT", False) else " -c jit=off"
     DATABASES["default"]["OPTIONS"]["options"] = (
-        f"-c plan_cache_mode={_plan_cache} -c max_parallel_workers_per_gather={_parallel}"
+        f"-c plan_cache_mode={_plan_cache} -c max_parallel_workers_per_gather={_parallel}{_jit}"
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # The inbound events page's indexes carry included columns (PostgreSQL's covering index, so the

@@ -480,6 +480,16 @@ def pages() -> list[Page]:
 # --- databases ----------------------------------------------------------------------------------
 
 
+def _with_page_timeout(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with each statement cut at PAGE_TIMEOUT_S, beside the server settings the
+    product's connections ask for (``config.settings``: how a page's statements are planned, no
+    JIT), which the pages are measured with: the timeout replaced them, and the pages were
+    measured as no served request runs."""
+    asked = options.get("options", "")
+    timeout = f"-c statement_timeout={PAGE_TIMEOUT_S * 1000}"
+    return {**options, "options": f"{asked} {timeout}".strip()}
+
+
 @contextmanager
 def _database(name: str) -> Iterator[None]:
     """The default connection on database ``name`` inside the block, then back."""
@@ -489,10 +499,7 @@ def _database(name: str) -> Iterator[None]:
     connection.settings_dict["NAME"] = name
     # A page that reads every case at 1M would hold the bench for minutes per request: each
     # statement of the measured pages is cut at PAGE_TIMEOUT_S, and the page counts as missed.
-    connection.settings_dict["OPTIONS"] = {
-        **options,
-        "options": f"-c statement_timeout={PAGE_TIMEOUT_S * 1000}",
-    }
+    connection.settings_dict["OPTIONS"] = _with_page_timeout(options)
     try:
         yield
     finally:
@@ -589,10 +596,7 @@ class _Side:
         connection.settings_dict = {
             **settings_dict,
             "NAME": self.name,
-            "OPTIONS": {
-                **settings_dict["OPTIONS"],
-                "options": f"-c statement_timeout={PAGE_TIMEOUT_S * 1000}",
-            },
+            "OPTIONS": _with_page_timeout(settings_dict["OPTIONS"]),
         }
         return _client()
 

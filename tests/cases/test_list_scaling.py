@@ -487,7 +487,7 @@ def test_a_page_is_planned_for_its_values_on_every_request(db, as_bench_lead):
         env = {
             k: v
             for k, v in os.environ.items()
-            if k not in ("DB_PLAN_CACHE_MODE", "DB_PARALLEL_WORKERS_PER_QUERY")
+            if k not in ("DB_PLAN_CACHE_MODE", "DB_PARALLEL_WORKERS_PER_QUERY", "DB_JIT")
         }
         env["DATABASE_URL"] = "postgres://holdfast@127.0.0.1:5432/unused"
         done = subprocess.run(  # noqa: S603 - our own interpreter
@@ -499,7 +499,7 @@ def test_a_page_is_planned_for_its_values_on_every_request(db, as_bench_lead):
         )
         return done.stdout.strip()
 
-    serial = "-c max_parallel_workers_per_gather=0"
+    serial = "-c max_parallel_workers_per_gather=0 -c jit=off"
     assert options("runserver") == f"-c plan_cache_mode=force_custom_plan {serial}"
     for worker in ("qcluster", "run_cluster", "run_worker"):
         assert options(worker) == f"-c plan_cache_mode=auto {serial}", worker

@@ -137,3 +137,42 @@ def test_each_side_keeps_its_own_connection_open_on_its_database_across_requests
         assert len(entry.ms) == 3
         assert not entry.failed
         assert len(entry.queries) == 1
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_each_side_asks_the_server_what_a_served_page_asks_and_the_page_timeout():
+    """The pages are measured as the product serves them: a side's connection keeps the
+    server settings of ``config.settings`` (each statement planned for its values, no parallel
+    workers, no JIT compilation) beside the page timeout. The timeout replaced them: the pages
+    were planned generically after five runs and compiled when an estimate passed
+    ``jit_above_cost``, as no served request is."""
+    from django.contrib.auth import get_user_model
+
+    from lab.bench.lists import BENCH_USERNAME, PAGE_TIMEOUT_S, _database, _Side
+
+    get_user_model().objects.create_user(BENCH_USERNAME, password="x", is_staff=True)
+    names = ("plan_cache_mode", "max_parallel_workers_per_gather", "jit", "statement_timeout")
+
+    def asked() -> dict[str, str]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT name, setting FROM pg_settings WHERE name = ANY(%s)", [list(names)]
+            )
+            return dict(cursor.fetchall())
+
+    served = asked()
+    side = _Side(connection.settings_dict["NAME"])
+    try:
+        on_side = side.run(asked)
+    finally:
+        side.close()
+    connection.close()
+    with _database(connection.settings_dict["NAME"]):
+        in_block = asked()
+    for settings_seen in (on_side, in_block):
+        assert settings_seen["statement_timeout"] == str(PAGE_TIMEOUT_S * 1000)
+        assert settings_seen["jit"] == "off"
+        for name in ("plan_cache_mode", "max_parallel_workers_per_gather"):
+            assert settings_seen[name] == served[name], name
+    assert served["plan_cache_mode"] == "force_custom_plan"
