@@ -182,7 +182,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # jit_above_cost, and its estimate is the table statistics', not the rows': the decision
     # page's approvers (approvals.selectors.eligible_approvers: six joins, three users) were
     # estimated past it on a desk whose tables were new, and each asking compiled 105 functions
-    # for 640 ms of CPU to read three rows in 2 ms. Holdfast's statements are short; none needs
+    # for 640 ms of CPU to read three rows in 0.2 ms. Holdfast's statements are short; none needs
     # it. DB_JIT=1 gives the choice back to the server's settings.
     _jit = "" if env_bool("DB_JIT", False) else " -c jit=off"
     DATABASES["default"]["OPTIONS"]["options"] = (
