@@ -599,7 +599,7 @@ def walk_backward(seeder: Seeder, report: dict) -> None:
         assert [label(m) for m, _ in plan] == [label(migration)], plan
         started = time.monotonic()
         # migrate() gives back the state of what stays applied, as a new executor would build
-        # it from the database: rendering that state once more per step was most of the walk.
+        # it from the database: building it again per step was a quarter of the walk's time.
         state = executor.migrate([target], plan=plan)
         seconds = time.monotonic() - started
         after = table_counts(state)
