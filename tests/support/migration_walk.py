@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from django.db.migrations import Migration
     from django.db.migrations.executor import MigrationExecutor
     from django.db.migrations.state import ProjectState
 
@@ -564,45 +565,43 @@ def read_back(seeder: Seeder, report: dict, key: str) -> None:
 
 
 def walk_backward(seeder: Seeder, report: dict) -> None:
+    """Reverse the project's migrations one at a time, latest first, reading every remaining
+    table after each. The state before each migration is built in one pass over the plan, as
+    ``migrate()`` builds it for a backward plan (``MigrationExecutor._migrate_all_backwards``),
+    and each is unapplied with it; a ``migrate()`` call a step built all of them again each
+    time (most of the backward walk's time)."""
     from django.db import connection
     from django.db.migrations.executor import MigrationExecutor
 
     executor = MigrationExecutor(connection)
-    ours = [
-        m
-        for m, _ in executor.migration_plan(executor.loader.graph.leaf_nodes(), clean_start=True)
-        if m.app_label in PROJECT_APPS
-    ]
+    graph = executor.loader.graph
+    full_plan = [m for m, _ in executor.migration_plan(graph.leaf_nodes(), clean_start=True)]
+    ours = [m for m in full_plan if m.app_label in PROJECT_APPS]
     report["irreversible"] = {
         label(m): reasons for m in ours if (reasons := irreversible_reasons(m))
     }
-    steps = report.setdefault("backward", [])
-    after: dict[str, int] | None = None
+    walked = []
     for migration in reversed(ours):
         if label(migration) in report["irreversible"]:
             report["backward_stopped_at"] = label(migration)
             break
-        executor = MigrationExecutor(connection)
-        # The rows the step before left: nothing writes between two steps.
-        before = table_counts(applied_state(executor)) if after is None else after
-        # Of several parents in the same app, the latest: migrating to it unapplies only this.
-        order = [(m.app_label, m.name) for m in ours]
-        parents = [
-            parent.key
-            for parent in executor.loader.graph.node_map[
-                (migration.app_label, migration.name)
-            ].parents
-            if parent.key[0] == migration.app_label
-        ]
-        target = max(parents, key=order.index) if parents else (migration.app_label, None)
-        plan = executor.migration_plan([target])
-        assert [label(m) for m, _ in plan] == [label(migration)], plan
+        walked.append(migration)
+    states = _states_before(executor, full_plan, set(walked))
+    steps = report.setdefault("backward", [])
+    unapplied: set[tuple[str, str]] = set()
+    before = table_counts(applied_state(executor))
+    for migration in walked:
+        key = (migration.app_label, migration.name)
+        # Reversing it alone leaves nothing applied that depends on it (else migrate() would
+        # reverse that too): every migration that depends on it is one reversed before it.
+        dependents = {child.key for child in graph.node_map[key].children}
+        assert dependents <= unapplied, (label(migration), sorted(dependents - unapplied))
         started = time.monotonic()
-        # migrate() gives back the state of what stays applied, as a new executor would build
-        # it from the database: building it again per step was a quarter of the walk's time.
-        state = executor.migrate([target], plan=plan)
+        executor.unapply_migration(states[migration], migration)
         seconds = time.monotonic() - started
-        after = table_counts(state)
+        unapplied.add(key)
+        # The state before it is the state of what stays applied.
+        after = table_counts(states.pop(migration))
         lost = {t: (before[t], n) for t, n in after.items() if t in before and before[t] != n}
         data_ops = any(
             op.__class__.__name__ in ("RunPython", "RunSQL") for op in migration.operations
@@ -617,6 +616,8 @@ def walk_backward(seeder: Seeder, report: dict) -> None:
                 "rows_changed": lost,
             }
         )
+        # The rows this step left: nothing writes between two steps.
+        before = after
     # what the seeder made now is what survived
     executor = MigrationExecutor(connection)
     survived = table_counts(applied_state(executor))
@@ -624,6 +625,27 @@ def walk_backward(seeder: Seeder, report: dict) -> None:
     seeder.made.update(survived)
     if "cases.case" not in survived:
         seeder.cases, seeder.operation_keys = {}, set()
+
+
+def _states_before(
+    executor: MigrationExecutor, plan: list[Migration], walked: set[Migration]
+) -> dict[Migration, ProjectState]:
+    """The project state before each migration of ``walked`` (all applied), in one pass over
+    ``plan`` (the full plan from a clean start), as ``migrate()`` builds them to reverse them."""
+    applied = set(executor.loader.applied_migrations)
+    state = executor._create_project_state()  # type: ignore[attr-defined]
+    states: dict[Migration, ProjectState] = {}
+    for migration in plan:
+        if not walked - states.keys():
+            break
+        if migration in walked:
+            if "apps" not in state.__dict__:
+                state.apps  # noqa: B018 - render the models once, as the executor does
+            states[migration] = state
+            state = migration.mutate_state(state, preserve=True)
+        elif (migration.app_label, migration.name) in applied:
+            migration.mutate_state(state, preserve=False)
+    return states
 
 
 def table_counts(state) -> dict[str, int]:
@@ -634,7 +656,10 @@ def table_counts(state) -> dict[str, int]:
         for model in state.apps.get_app_config(app_label).get_models():
             if model._meta.proxy:
                 continue
-            rows = list(model._base_manager.all())  # every column of the historical model
+            # Every column of the historical model, each row's values converted as a read of
+            # the model converts them (without building an instance a row).
+            columns = [field.attname for field in model._meta.concrete_fields]
+            rows = list(model._base_manager.values_list(*columns))
             counts[model._meta.label_lower] = len(rows)
     return counts
 
