@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from django.contrib.auth import get_user_model
@@ -31,8 +34,37 @@ def teams_for(user) -> QuerySet[Team]:
     return Team.objects.filter(members=user)
 
 
+# Inside one web request (``team_ids_read_once``): each person's team ids, read once.
+_REQUEST_TEAM_IDS: ContextVar[dict[int, tuple[int, ...]] | None] = ContextVar(
+    "holdfast_request_team_ids", default=None
+)
+
+
+@contextlib.contextmanager
+def team_ids_read_once() -> Iterator[None]:
+    """Inside, :func:`team_ids_of` reads a person's teams once and gives the same ids after:
+    one web request (``cases.middleware.TeamIdsPerRequestMiddleware``), whose page scopes
+    every panel to the same person's teams (the case page did so seven times, one query
+    each). Outside (workers, services, the shell), every call reads them afresh."""
+    token = _REQUEST_TEAM_IDS.set({})
+    try:
+        yield
+    finally:
+        _REQUEST_TEAM_IDS.reset(token)
+
+
 def team_ids_of(user) -> list[int]:
-    """The ids of :func:`teams_for` ``user``, read now (one query)."""
+    """The ids of :func:`teams_for` ``user``: read now (one query), or inside
+    :func:`team_ids_read_once`, as first read there."""
+    kept = _REQUEST_TEAM_IDS.get()
+    if kept is None or user is None or user.pk is None:
+        return _read_team_ids(user)
+    if user.pk not in kept:
+        kept[user.pk] = tuple(_read_team_ids(user))
+    return list(kept[user.pk])
+
+
+def _read_team_ids(user) -> list[int]:
     return list(teams_for(user).order_by("pk").values_list("pk", flat=True))
 
 
