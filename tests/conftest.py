@@ -41,6 +41,33 @@ else:
         fast = "django.contrib.auth.hashers.MD5PasswordHasher"
         settings.PASSWORD_HASHERS = [fast, *(h for h in settings.PASSWORD_HASHERS if h != fast)]
 
+    @pytest.fixture(autouse=True)
+    def _no_process_outlives_its_test(request):
+        """A test on PostgreSQL that starts worker processes on its database must leave none
+        running: one that outlived its test takes a later test's queued tasks (and due cases)
+        and writes its orders, a failure far from its cause. Checked when the test ends (after
+        its other fixtures): any found is killed and the test fails with each one's command
+        line and the test that started it."""
+        yield
+        if connection.vendor != "postgresql":
+            return
+        marker = request.node.get_closest_marker("django_db")
+        if not (
+            "postgres_only" in request.keywords
+            or "transactional_db" in request.fixturenames
+            or (marker is not None and marker.kwargs.get("transaction"))
+        ):
+            return  # the test's rows are invisible to another process: none ran on them
+        from tests.support.proc_worker import kill_processes_on, worker_database_url
+
+        left = kill_processes_on(worker_database_url(), grace=3.0)
+        if left:
+            pytest.fail(
+                "processes on the test database outlived their test (killed now):\n"
+                + "\n".join(left),
+                pytrace=False,
+            )
+
 
 def pytest_collection_modifyitems(config, items):
     if connection.vendor == "postgresql":

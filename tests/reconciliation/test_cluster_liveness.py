@@ -122,7 +122,7 @@ def test_a_cluster_wedged_by_killing_an_idle_worker_is_replaced_and_new_work_rea
             lambda: _queue_reader(first.output()),
             timeout=30,
             interval=0.2,
-            what=f"an idle worker reading the task queue\n{first.output()}",
+            what=lambda: f"an idle worker reading the task queue\n{first.output()}",
         )
         os.kill(reader, signal.SIGKILL)
         case = make_case()
@@ -137,7 +137,7 @@ def test_a_cluster_wedged_by_killing_an_idle_worker_is_replaced_and_new_work_rea
             reviewed,
             timeout=BOUND + 15,
             interval=0.2,
-            what=f"the new case to reach review\n{cluster.output()}",
+            what=lambda: f"the new case to reach review\n{cluster.output()}",
         )
         took = time.monotonic() - opened
         print(

@@ -69,7 +69,7 @@ def test_a_cluster_told_to_stop_exits_promptly_with_no_case_half_done(
             ),
             timeout=60,
             interval=0.05,
-            what=f"the sweeper and an apply under way\n{cluster.output()}",
+            what=lambda: f"the sweeper and an apply under way\n{cluster.output()}",
         )
         cluster.process.send_signal(signal.SIGTERM)  # the main PID, as a process manager does
         told = time.monotonic()

@@ -56,7 +56,7 @@ def test_a_worker_killed_mid_apply_has_its_case_taken_up_within_lease_plus_two_s
             lambda: Attempt.objects.filter(case=case, submitted_at__isnull=False).first(),
             timeout=30,
             interval=0.05,
-            what=f"a cluster worker to claim and send\n{cluster.output()}",
+            what=lambda: f"a cluster worker to claim and send\n{cluster.output()}",
         )
         pid = int(attempt.worker.rsplit(":", 1)[1])
         os.kill(pid, signal.SIGKILL)
@@ -75,7 +75,7 @@ def test_a_worker_killed_mid_apply_has_its_case_taken_up_within_lease_plus_two_s
             taken_up,
             timeout=LEASE + 60,
             interval=0.05,
-            what=f"another worker to take the case up\n{cluster.output()}",
+            what=lambda: f"another worker to take the case up\n{cluster.output()}",
         )
         took = time.monotonic() - killed
         held = (

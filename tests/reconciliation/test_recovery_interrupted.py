@@ -47,7 +47,7 @@ def test_a_recovery_killed_after_its_holds_leaves_every_case_to_the_dispatcher(
                 case=case, detail__transition="hold_for_recovery"
             ).exists(),
             timeout=30,
-            what=f"the recovery to hold the case\n{recovery.output()}",
+            what=lambda: f"the recovery to hold the case\n{recovery.output()}",
         )
         recovery.process.send_signal(signal.SIGKILL)
         recovery.process.wait(timeout=10)

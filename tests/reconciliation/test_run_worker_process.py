@@ -57,7 +57,7 @@ def test_a_worker_killed_mid_apply_leaves_the_case_applying_only_lease_plus_seco
         attempt = wait_for(
             lambda: Attempt.objects.filter(case=case, submitted_at__isnull=False).first(),
             timeout=20,
-            what=f"the worker to claim and send\n{first.output()}",
+            what=lambda: f"the worker to claim and send\n{first.output()}",
         )
         first.process.send_signal(signal.SIGKILL)
         first.process.wait(timeout=10)
@@ -66,7 +66,7 @@ def test_a_worker_killed_mid_apply_leaves_the_case_applying_only_lease_plus_seco
             lambda: _status(case) != Status.APPLYING,
             timeout=LEASE + 15,
             interval=0.05,
-            what=f"the case to leave applying\n{second.output()}",
+            what=lambda: f"the case to leave applying\n{second.output()}",
         )
         left = timezone.now()
     attempt.refresh_from_db()
@@ -96,13 +96,13 @@ def test_run_worker_survives_a_dropped_database_connection_and_finishes_a_case(
         wait_for(
             lambda: "Database connection lost" in worker.output(),
             timeout=10,
-            what=f"the worker to notice\n{worker.output()}",
+            what=lambda: f"the worker to notice\n{worker.output()}",
         )
         case = make_case()
         wait_for(
             lambda: _status(case) == Status.AWAITING_REVIEW,
             timeout=20,
-            what=f"the worker to bring the case to review\n{worker.output()}",
+            what=lambda: f"the worker to bring the case to review\n{worker.output()}",
         )
         assert worker.process.poll() is None, worker.output()
 
@@ -127,7 +127,7 @@ def test_a_cluster_worker_killed_during_prepare_is_re_driven_from_the_database(
         found = wait_for(
             lambda: re.search(rf"prepare_proposal\({case.pk}\) in process (\d+)", cluster.output()),
             timeout=15,
-            what=f"the cluster to start preparing\n{cluster.output()}",
+            what=lambda: f"the cluster to start preparing\n{cluster.output()}",
         )
         os.kill(int(found.group(1)), signal.SIGKILL)
         killed = time.monotonic()
@@ -135,7 +135,7 @@ def test_a_cluster_worker_killed_during_prepare_is_re_driven_from_the_database(
             lambda: _status(case) == Status.AWAITING_REVIEW,
             timeout=20,
             interval=0.1,
-            what=f"the re-driven preparation\n{cluster.output()}",
+            what=lambda: f"the re-driven preparation\n{cluster.output()}",
         )
         print(f"\nreview {time.monotonic() - killed:.1f} s after the worker was killed")
         pids = re.findall(rf"prepare_proposal\({case.pk}\) in process (\d+)", cluster.output())

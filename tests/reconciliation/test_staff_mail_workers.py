@@ -93,7 +93,7 @@ def test_an_owner_away_hands_the_held_cases_mail_to_the_backup(
         mail = wait_for(
             lambda: smtp.to(backup.email),
             timeout=90,
-            what=f"the held case's mail to the backup\n{cluster.output()}",
+            what=lambda: f"the held case's mail to the backup\n{cluster.output()}",
         )
     assert Case.objects.get(pk=case.pk).status == Status.HELD
     assert "is held" in mail[0].subject
@@ -129,7 +129,7 @@ def test_a_worker_killed_mid_delivery_loses_and_doubles_nothing(
                 ).exists()
             ),
             timeout=60,
-            what=f"the replacement worker to finish\n{second.output()}",
+            what=lambda: f"the replacement worker to finish\n{second.output()}",
         )
         pids.append(second.process.pid)
     print(f"\nall settled {time.monotonic() - killed:.1f} s after the kill")

@@ -63,7 +63,7 @@ def test_a_cluster_in_a_session_of_its_own_gives_way_with_its_session(tmp_path):
         workers = wait_for(
             lambda: _workers(cluster.output(), 2),
             timeout=60,
-            what=f"two workers ready\n{cluster.output()}",
+            what=lambda: f"two workers ready\n{cluster.output()}",
         )
         # The session's (its leader is the cluster's main process): what counts against the
         # web app's session.

@@ -65,7 +65,7 @@ def test_worker_paused_after_sending_cannot_change_the_order_when_it_resumes(
         attempt = wait_for(
             lambda: Attempt.objects.filter(case=case).first(),
             timeout=30,
-            what=f"the worker to claim {case.reference}\n{worker.output()}",
+            what=lambda: f"the worker to claim {case.reference}\n{worker.output()}",
         )
         wait_for(
             lambda: _fault_consumed(live_orders, "latency"),
@@ -123,7 +123,7 @@ def test_worker_killed_after_the_order_system_committed_leaves_exactly_one_chang
         wait_for(
             lambda: _fault_consumed(live_orders, "delay_after_commit"),
             timeout=30,
-            what=f"the order system to commit the worker's change\n{worker.output()}",
+            what=lambda: f"the order system to commit the worker's change\n{worker.output()}",
         )
         worker.kill()  # after the commit, before the answer reached it
 

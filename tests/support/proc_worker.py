@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
@@ -46,6 +47,70 @@ def child_env(env: dict[str, str]) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         **env,
     }
+
+
+_ENDED = ("Z", "X")  # a zombie (its parent has not reaped it yet) or dead
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] not in _ENDED and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+def processes_on(database_url: str) -> list[str]:
+    """Every other live process whose environment puts it on ``database_url`` (a worker, a
+    cluster or a command a test started), one line each: pid, state, the test that started it
+    (``PYTEST_CURRENT_TEST``, inherited) and its command line. Only processes this user may
+    read are seen, which is every child of the suite."""
+    wanted = f"DATABASE_URL={database_url}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            if wanted not in environ:
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if state in _ENDED:
+            continue
+        started_by = next(
+            (
+                v.split(b"=", 1)[1].decode(errors="replace")
+                for v in environ
+                if v.startswith(b"PYTEST_CURRENT_TEST=")
+            ),
+            "?",
+        )
+        found.append(f"pid {entry.name} ({state}) started by {started_by}: {argv.strip()}")
+    return found
+
+
+def kill_processes_on(database_url: str, *, grace: float = 0.0) -> list[str]:
+    """Kill (SIGKILL) every process :func:`processes_on` finds after ``grace`` seconds (for a
+    process killed a moment ago, still ending); what was found."""
+    deadline = time.monotonic() + grace
+    found = processes_on(database_url)
+    while found and time.monotonic() < deadline:
+        time.sleep(0.05)
+        found = processes_on(database_url)
+    for line in found:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(int(line.split()[1]), signal.SIGKILL)
+    return found
 
 
 class WorkerProcess:
@@ -108,15 +173,26 @@ class WorkerProcess:
         self._log.close()
 
 
-def wait_for(condition, *, timeout: float, interval: float = 0.02, what: str = "condition"):
-    """Poll ``condition()`` until it returns something truthy; return it, or fail loudly."""
+def wait_for(
+    condition,
+    *,
+    timeout: float,
+    interval: float = 0.02,
+    what: str | Callable[[], str] = "condition",
+):
+    """Poll ``condition()`` until it returns something truthy; return it, or fail loudly.
+
+    ``what`` names what was awaited; a callable is called only on the timeout, so that a message
+    that quotes a process's output quotes what it had said by then, not when the wait began."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = condition()
         if value:
             return value
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+    raise AssertionError(
+        f"timed out after {timeout} s waiting for {what() if callable(what) else what}"
+    )
 
 
 class Proc:
@@ -148,7 +224,15 @@ class Proc:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=5)
         if self.process is not None:
+            group = self.process.pid
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)  # no child outlives the test
+                os.killpg(group, signal.SIGKILL)  # no child outlives the test
             self.process.wait(timeout=10)
+            # A killed process is gone only when the kernel has torn it down, which takes a
+            # while on a busy machine: the next test starts when none of the group runs.
+            wait_for(
+                lambda: not group_members(group),
+                timeout=10,
+                what=lambda: f"the killed group of {self.args} to end: {group_members(group)}",
+            )
         self._log.close()
