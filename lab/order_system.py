@@ -260,7 +260,9 @@ class OrderSystemProcess:
         return response.json()
 
     def reset(self) -> None:
-        """Delete every order, account, slot, operation, outbox event and fault rule."""
+        """Delete every order, account, slot, operation, outbox event and fault rule. A request
+        an injected latency still holds (a killed worker's write of the test before) is answered
+        503 when it wakes and never runs on what is seeded after."""
         self._call("POST", "/_testing/reset")
 
     def seed(

@@ -15,7 +15,7 @@ from django.db import connection
 from django.db.models import F
 
 from orders.exceptions import invalid
-from orders.models import FaultRule
+from orders.models import FaultRule, TestingReset
 
 Kind = FaultRule.Kind
 WRITE_ONLY_KINDS = {Kind.DROP_AFTER_COMMIT, Kind.DELAY_AFTER_COMMIT, Kind.FAIL_BEFORE_COMMIT}
@@ -87,6 +87,11 @@ def search_lag_seconds() -> float:
         if row is not None:
             return float(row[0])
     return float(settings.ORDERS_SEARCH_LAG_SECONDS)
+
+
+def reset_mark() -> int:
+    """The id of the last testing reset (0 before any): it changes with every reset."""
+    return TestingReset.objects.order_by("-id").values_list("id", flat=True).first() or 0
 
 
 def faults_list() -> list[FaultRule]:

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.http.request import RawPostDataException
 
-from orders.faults import fault_take, faults_enabled, faults_live, is_faultable
+from orders.faults import fault_take, faults_enabled, faults_live, is_faultable, reset_mark
 from orders.models import FaultRule
 from orders.server import DROPPED_KEY, SOCKET_KEY
 
@@ -144,9 +144,10 @@ class ApiTokenMiddleware:
 
 
 class FaultInjectionMiddleware:
-    """``latency`` and ``unavailable`` before the view; ``fail_before_commit`` runs the view
-    in an outer transaction that is rolled back; ``delay_after_commit`` and
-    ``drop_after_commit`` act once the view's transaction has committed."""
+    """``latency`` and ``unavailable`` before the view (a request delayed across a testing
+    reset is answered 503 and not run); ``fail_before_commit`` runs the view in an outer
+    transaction that is rolled back; ``delay_after_commit`` and ``drop_after_commit`` act once
+    the view's transaction has committed."""
 
     def __init__(self, get_response) -> None:
         self.get_response = get_response
@@ -161,8 +162,14 @@ class FaultInjectionMiddleware:
         before = faults_live(
             {Kind.LATENCY, Kind.UNAVAILABLE, Kind.FAIL_BEFORE_COMMIT}, path=path, method=method
         )
+        # Read before the rule is taken: a reset the moment after it still counts.
+        mark = reset_mark() if any(r.kind == Kind.LATENCY for r in before) else 0
         if rule := fault_take(Kind.LATENCY, path=path, method=method, live=before):
             time.sleep(rule.seconds)
+            if reset_mark() != mark:
+                # The test that sent it is over (its client is often a killed worker): run on
+                # the next test's rows, it would write what nobody there sent.
+                return unavailable("Injected fault: the system was reset while this was delayed.")
         if rule := fault_take(Kind.UNAVAILABLE, path=path, method=method, live=before):
             return unavailable("Injected fault: unavailable.", rule.retry_after)
         if rule := fault_take(Kind.FAIL_BEFORE_COMMIT, path=path, method=method, live=before):

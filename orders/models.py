@@ -144,6 +144,21 @@ class OutboxEvent(models.Model):
         }
 
 
+class TestingReset(models.Model):
+    """One row per ``POST /_testing/reset`` (faults enabled only): the world a request began in.
+
+    A request an injected ``latency`` holds may outlive the test that sent it; if the system
+    was reset while it waited, it is answered 503 and never runs on the next test's rows."""
+
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"reset {self.pk} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
 class FaultRule(models.Model):
     """An injected fault; ``remaining`` counts matching calls left (``None``: until cleared)."""
 

@@ -33,7 +33,15 @@ from orders.exceptions import Refused, invalid
 from orders.faults import search_lag_seconds
 from orders.grants import Grant, canonical, grant_verify
 from orders.kinds import ADDRESS_FIELDS, OPEN, address_errors, exact_date, kind_for, kinds
-from orders.models import Account, AppliedOperation, FaultRule, Order, OutboxEvent, Slot
+from orders.models import (
+    Account,
+    AppliedOperation,
+    FaultRule,
+    Order,
+    OutboxEvent,
+    Slot,
+    TestingReset,
+)
 
 MAX_KEY_LENGTH = 200
 CAPABILITIES = {
@@ -525,7 +533,8 @@ def operation_search(*, operation_key: str) -> AppliedOperation:
 
 
 def testing_reset() -> None:
-    """Delete every row this system holds."""
+    """Delete every row this system holds, and mark the reset (``TestingReset``): a request an
+    injected latency still holds from before it is refused when it wakes (``faults``)."""
     with transaction.atomic():
         OutboxEvent.objects.all().delete()
         AppliedOperation.objects.all().delete()
@@ -533,6 +542,8 @@ def testing_reset() -> None:
         Account.objects.all().delete()
         Slot.objects.all().delete()
         FaultRule.objects.all().delete()
+        TestingReset.objects.all().delete()
+        TestingReset.objects.create()  # a new id: ids are never reused
 
 
 # Every seeded order has an address unless the seed says ``"shipping_address": null``.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import threading
 import time
 
 import httpx
@@ -92,6 +93,56 @@ def test_a_delay_after_commit_times_the_caller_out_with_the_change_applied(order
             timeout=httpx.Timeout(0.3, connect=2.0),
         )
 
+    assert order_system.state(ORDER)["order"]["version"] == 2
+
+
+def _delayed_write(system: OrderSystemProcess, answers: list) -> threading.Thread:
+    """A write held by a latency fault, sent from a thread; its answer is put in ``answers``
+    once the rule has been taken (the request waits inside the order system)."""
+
+    def send() -> None:
+        answers.append(
+            httpx.post(
+                f"{system.base_url}/orders/{ORDER}/operations",
+                json=body(),
+                headers=system.auth_headers,
+                timeout=10,
+            )
+        )
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while system.client.get("/_faults/").json()["faults"][0]["times"] != 0:
+        assert time.monotonic() < deadline, "the write never reached the latency fault"
+        time.sleep(0.02)
+    return thread
+
+
+def test_a_write_delayed_across_a_reset_never_runs_on_the_rows_seeded_after_it(order_system):
+    """A killed worker's write that a latency fault still holds when its test ends must not
+    land in the next test's order (reset and seeded again, the same order id and key): it did,
+    and that test found its order changed by nobody it started."""
+    seed(order_system)
+    order_system.set_fault("latency", seconds=1.0, path_prefix=f"/orders/{ORDER}/operations")
+    answers: list[httpx.Response] = []
+    thread = _delayed_write(order_system, answers)
+    order_system.reset()  # the next test begins
+    seed(order_system)
+    thread.join(timeout=10)
+
+    [answer] = answers
+    assert answer.status_code == 503
+    assert answer.json()["detail"] == "Injected fault: the system was reset while this was delayed."
+    state = order_system.state(ORDER)
+    assert state["order"]["version"] == 1
+    assert state["operations"] == []
+
+    # Without a reset the same delayed write lands, late (a slow network, not a lost one).
+    order_system.set_fault("latency", seconds=0.5, path_prefix=f"/orders/{ORDER}/operations")
+    thread = _delayed_write(order_system, answers)
+    thread.join(timeout=10)
+    assert answers[1].status_code == 201
     assert order_system.state(ORDER)["order"]["version"] == 2
 
 
