@@ -31,8 +31,12 @@ def test_a_process_left_on_the_test_database_is_found_named_and_killed(request):
         start_new_session=True,  # as a cluster's main process runs: out of our group
     )
     try:
-        # Until it has executed, the child's environment is still its parent's copy.
-        found = wait_for(lambda: processes_on(worker_database_url()), timeout=10)
+        # Until it has executed, the child's environment is still its parent's copy; once
+        # asleep its line (which shows its state) stays the same from one read to the next.
+        found = wait_for(
+            lambda: [line for line in processes_on(worker_database_url()) if " (S) " in line],
+            timeout=10,
+        )
         assert len(found) == 1, found
         assert found[0].startswith(f"pid {stray.pid} ")
         assert request.node.name in found[0], "names the test that started it"

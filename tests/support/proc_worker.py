@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -52,40 +52,38 @@ def child_env(env: dict[str, str]) -> dict[str, str]:
 _ENDED = ("Z", "X")  # a zombie (its parent has not reaped it yet) or dead
 
 
-def group_members(pgid: int) -> list[int]:
-    """The live (not zombie) processes of process group ``pgid``."""
-    members = []
+def _live_processes() -> Iterator[tuple[int, Path, list[str]]]:
+    """Every process that has not ended: its pid, its ``/proc`` directory and the fields of
+    its ``stat`` after the command name (state, parent, process group, ...)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+        except OSError:  # gone meanwhile
             continue
-        if fields[0] not in _ENDED and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
+        if fields[0] not in _ENDED:
+            yield int(entry.name), entry, fields
 
 
-def processes_on(database_url: str) -> list[str]:
-    """Every other live process whose environment puts it on ``database_url`` (a worker, a
-    cluster or a command a test started), one line each: pid, state, the test that started it
-    (``PYTEST_CURRENT_TEST``, inherited) and its command line. Only processes this user may
-    read are seen, which is every child of the suite."""
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``."""
+    return [pid for pid, _, fields in _live_processes() if int(fields[2]) == pgid]
+
+
+def _on_database(database_url: str) -> list[tuple[int, str]]:
+    """Each other live process on ``database_url``: its pid and its line (:func:`processes_on`)."""
     wanted = f"DATABASE_URL={database_url}".encode()
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for pid, entry, fields in _live_processes():
+        if pid == os.getpid():
             continue
         try:
             environ = (entry / "environ").read_bytes().split(b"\0")
             if wanted not in environ:
                 continue
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
             argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:  # gone meanwhile, or not ours to read
-            continue
-        if state in _ENDED:
             continue
         started_by = next(
             (
@@ -95,22 +93,30 @@ def processes_on(database_url: str) -> list[str]:
             ),
             "?",
         )
-        found.append(f"pid {entry.name} ({state}) started by {started_by}: {argv.strip()}")
+        found.append((pid, f"pid {pid} ({fields[0]}) started by {started_by}: {argv.strip()}"))
     return found
+
+
+def processes_on(database_url: str) -> list[str]:
+    """Every other live process whose environment puts it on ``database_url`` (a worker, a
+    cluster or a command a test started), one line each: pid, state, the test that started it
+    (``PYTEST_CURRENT_TEST``, inherited) and its command line. Only processes this user may
+    read are seen, which is every child of the suite."""
+    return [line for _, line in _on_database(database_url)]
 
 
 def kill_processes_on(database_url: str, *, grace: float = 0.0) -> list[str]:
     """Kill (SIGKILL) every process :func:`processes_on` finds after ``grace`` seconds (for a
     process killed a moment ago, still ending); what was found."""
     deadline = time.monotonic() + grace
-    found = processes_on(database_url)
+    found = _on_database(database_url)
     while found and time.monotonic() < deadline:
         time.sleep(0.05)
-        found = processes_on(database_url)
-    for line in found:
+        found = _on_database(database_url)
+    for pid, _ in found:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(int(line.split()[1]), signal.SIGKILL)
-    return found
+            os.kill(pid, signal.SIGKILL)
+    return [line for _, line in found]
 
 
 class WorkerProcess:
